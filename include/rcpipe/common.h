@@ -1,0 +1,79 @@
+/* rcpipe/common.h: export macro, version, error codes, allocator hooks.
+ *
+ * Everything here is shared by every other public header. The error enum is
+ * only ever appended to: a code's number never changes once released. */
+#ifndef RCPIPE_COMMON_H
+#define RCPIPE_COMMON_H
+
+#include <stddef.h>
+
+#include "rcpipe/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(RCP_BUILDING_LIBRARY) && defined(__GNUC__)
+#define RCP_API __attribute__((visibility("default")))
+#else
+#define RCP_API
+#endif
+
+#if defined(__GNUC__)
+#define RCP_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+#else
+#define RCP_PRINTF(fmt_idx, arg_idx)
+#endif
+
+/* Error codes. RCP_OK is 0; every other value is a distinct failure.
+ * Client-side errors reach callers as error replies (rcp_reply.err) or as
+ * return values of functions that take no callback. */
+typedef enum rcp_err {
+    RCP_OK = 0,
+    RCP_ERR_INVALID = 1,           /* bad argument from the caller (NULL, argc 0, ...) */
+    RCP_ERR_OOM = 2,               /* an allocation failed */
+    RCP_ERR_IO = 3,                /* written, then the connection failed: the server may have applied it */
+    RCP_ERR_NOT_SENT = 4,          /* never written to any server: safe to resend anywhere */
+    RCP_ERR_TIMEOUT = 5,           /* the request's deadline passed before its reply came */
+    RCP_ERR_QUEUE_FULL = 6,        /* the connection's in-flight or pending-bytes cap was reached */
+    RCP_ERR_PROTOCOL = 7,          /* the server sent something that is not valid RESP */
+    RCP_ERR_CLOSED = 8,            /* the handle was closed */
+    RCP_ERR_CONNECT = 9,           /* could not connect (refused, unreachable, connect timeout) */
+    RCP_ERR_AUTH = 10,             /* AUTH / CLIENT SETNAME refused during the handshake */
+    RCP_ERR_BLOCKING_COMMAND = 11, /* a blocking command on a shared pipelined connection */
+    RCP_ERR_UNSUPPORTED = 12,      /* a command that changes connection state (MULTI, SUBSCRIBE, SELECT...) */
+    RCP_ERR_TOO_LARGE = 13,        /* a request larger than max_request_bytes */
+    RCP_ERR_SERVER = 14,           /* the server answered with an error reply; its text is kept */
+    RCP_ERR_CLUSTER_DOWN = 15,     /* reserved for the cluster layer */
+    RCP_ERR__COUNT                 /* not an error: the number of codes */
+} rcp_err;
+
+/* Static text naming the code (never NULL, never to be freed). */
+RCP_API const char *rcp_strerror(int code);
+
+/* Library version: "MAJOR.MINOR.PATCH" (static text), and as a number
+ * MAJOR*10000 + MINOR*100 + PATCH. */
+RCP_API const char *rcp_version(void);
+RCP_API int rcp_version_number(void);
+
+/* Allocator hooks. Set once, before any other rcpipe call; every allocation
+ * the library makes for its own objects (handles, buffers, replies) goes
+ * through them. All four must be thread-safe. hiredis 0.14's reader buffer
+ * uses the C library's allocator directly: it cannot be hooked in that
+ * version. Returns RCP_ERR_INVALID if any pointer is NULL. */
+typedef struct rcp_allocator {
+    void *(*malloc_fn)(size_t size);
+    void *(*calloc_fn)(size_t n, size_t size);
+    void *(*realloc_fn)(void *ptr, size_t size);
+    void (*free_fn)(void *ptr);
+} rcp_allocator;
+
+RCP_API int rcp_set_allocator(const rcp_allocator *a);
+/* Back to the C library's allocator. */
+RCP_API void rcp_reset_allocator(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

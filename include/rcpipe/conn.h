@@ -1,0 +1,160 @@
+/* rcpipe/conn.h: a pipelined connection to one Redis node.
+ *
+ * One rcp_conn is shared by any number of threads. Requests from all of them
+ * are gathered into one pending batch and written together (implicit
+ * pipelining); replies resolve the callers' futures in order. */
+#ifndef RCPIPE_CONN_H
+#define RCPIPE_CONN_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rcpipe/common.h"
+#include "rcpipe/reply.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rcp_conn rcp_conn;
+typedef struct rcp_future rcp_future;
+
+/* Called exactly once per accepted request, on an I/O thread (or on the
+ * calling thread for errors found before the request was queued: never, see
+ * rcp_conn_send_argv). `reply` is valid only during the call; keep it with
+ * rcp_reply_keep or copy what you need. The callback must be short and must
+ * not block: it runs on the I/O loop that serves every other caller. It may
+ * send new requests (with queue_policy RCP_QUEUE_BLOCK they fail with
+ * RCP_ERR_QUEUE_FULL instead of blocking the loop) but must not make a sync
+ * call. */
+typedef void (*rcp_resolve_fn)(rcp_future *f, rcp_reply *reply);
+
+/* A future: embed it in your own struct, set `resolve` (and `data` if you
+ * like), pass it to a send function. The library allocates nothing on your
+ * behalf. The memory must stay valid until `resolve` has been called. */
+struct rcp_future {
+    rcp_resolve_fn resolve;
+    void *data;       /* yours */
+    int timeout_ms;   /* 0: the connection's request_timeout_ms; <0: no deadline */
+    int rcp__pad;     /* internal: do not touch */
+    void *rcp__reserved[2];
+};
+
+typedef enum rcp_queue_policy {
+    RCP_QUEUE_BLOCK = 0, /* a sender waits for room (up to its deadline) */
+    RCP_QUEUE_FAIL = 1   /* a sender gets RCP_ERR_QUEUE_FULL at once */
+} rcp_queue_policy;
+
+typedef enum rcp_event_type {
+    RCP_EVENT_CONNECTED = 1,      /* handshake done, ready for requests */
+    RCP_EVENT_DISCONNECTED = 2,   /* connection lost or closed; err says why */
+    RCP_EVENT_CONNECT_FAILED = 3, /* a (re)connect attempt failed; err says why */
+    RCP_EVENT_CLOSED = 4          /* the handle finished closing */
+} rcp_event_type;
+
+typedef struct rcp_event {
+    int type;            /* rcp_event_type */
+    int err;             /* rcp_err, RCP_OK for CONNECTED */
+    const char *host;    /* valid during the callback */
+    int port;
+    const char *message; /* human-readable, valid during the callback */
+} rcp_event;
+
+/* Called on an I/O thread; must not block and must not call rcp_conn_close. */
+typedef void (*rcp_event_fn)(const rcp_event *ev, void *data);
+
+/* Options for rcp_conn_open. Call rcp_conn_options_init first: it sets every
+ * default; new fields are only ever added at the end. Strings are copied. */
+typedef struct rcp_conn_options {
+    const char *host;            /* default "127.0.0.1" */
+    int port;                    /* default 6379 */
+    const char *username;        /* ACL user, NULL for "AUTH password" */
+    const char *password;        /* NULL: no AUTH */
+    const char *client_name;     /* CLIENT SETNAME on every (re)connect; NULL: none */
+    int connect_timeout_ms;      /* TCP connect + handshake; default 2000 */
+    int request_timeout_ms;      /* per-request deadline; default 5000; <= 0: none */
+    int io_timeout_ms;           /* no byte read while requests wait: reconnect; default 10000; <= 0: none */
+    unsigned io_threads;         /* I/O loop threads; default 1 */
+    unsigned batch_delay_us;     /* pause after a batch's first request; default 0 */
+    unsigned max_batch_commands; /* commands per write; default 1000 */
+    size_t max_batch_bytes;      /* bytes per write; default 1 MiB */
+    unsigned max_inflight;       /* queued + written requests awaiting replies; default 4096 */
+    size_t max_pending_bytes;    /* unwritten bytes queued; default 64 MiB (one larger request is let through alone) */
+    size_t max_request_bytes;    /* one formatted request; default 512 MiB */
+    int queue_policy;            /* rcp_queue_policy; default RCP_QUEUE_BLOCK */
+    int reconnect_min_ms;        /* first reconnect backoff; default 10 */
+    int reconnect_max_ms;        /* backoff ceiling; default 2000 */
+    int keepalive_s;             /* TCP keepalive idle seconds; default 60; 0: off */
+    int fast_path;               /* a lone sync caller does its own I/O; default 1 */
+    rcp_event_fn event_cb;       /* NULL: no events */
+    void *event_data;
+} rcp_conn_options;
+
+RCP_API void rcp_conn_options_init(rcp_conn_options *o);
+
+/* Opens a connection and waits (up to connect_timeout_ms) until it is ready:
+ * connected, AUTH and CLIENT SETNAME done. On success *out is set and
+ * RCP_OK returned. On failure returns the code, leaves *out NULL and, if
+ * errbuf is not NULL, writes a message naming the address and the cause.
+ * After a later connection loss the handle reconnects by itself with
+ * exponential backoff and jitter. */
+RCP_API int rcp_conn_open(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_t errbuf_len);
+
+/* Closes the handle: every outstanding future is resolved (RCP_ERR_CLOSED),
+ * I/O threads are joined, memory is freed. Calls already in progress on
+ * other threads finish; no call may start once close has begun. NULL is
+ * ignored. Must not be called from a callback. */
+RCP_API void rcp_conn_close(rcp_conn *c);
+
+/* Async send. argv[i] is argvlen[i] bytes (binary-safe); argvlen NULL means
+ * every argv[i] is a C string. The request is copied before the call
+ * returns. Returns RCP_OK: f->resolve will be called exactly once. Returns
+ * an error code: f->resolve is never called (RCP_ERR_INVALID for NULL or
+ * argc < 1, RCP_ERR_BLOCKING_COMMAND, RCP_ERR_UNSUPPORTED, RCP_ERR_TOO_LARGE,
+ * RCP_ERR_QUEUE_FULL, RCP_ERR_NOT_SENT while reconnecting, RCP_ERR_CLOSED,
+ * RCP_ERR_TIMEOUT if blocked for room past the deadline, RCP_ERR_OOM). */
+RCP_API int rcp_conn_send_argv(rcp_conn *c, rcp_future *f, int argc, const char **argv,
+                               const size_t *argvlen);
+
+/* Async send with a hiredis-style format: %s a C string, %b a binary
+ * (pointer, size_t) pair, %% a percent; other printf conversions format one
+ * argument each. Same contract as rcp_conn_send_argv. */
+RCP_API int rcp_conn_send(rcp_conn *c, rcp_future *f, const char *fmt, ...) RCP_PRINTF(3, 4);
+RCP_API int rcp_conn_sendv(rcp_conn *c, rcp_future *f, const char *fmt, va_list ap);
+
+/* Sync calls: send and wait. Always return a reply the caller frees with
+ * rcp_reply_free, never NULL; client errors come back as error replies
+ * with their code in reply->err. */
+RCP_API rcp_reply *rcp_conn_command_argv(rcp_conn *c, int argc, const char **argv,
+                                         const size_t *argvlen);
+RCP_API rcp_reply *rcp_conn_command(rcp_conn *c, const char *fmt, ...) RCP_PRINTF(2, 3);
+RCP_API rcp_reply *rcp_conn_commandv(rcp_conn *c, const char *fmt, va_list ap);
+
+/* Counters since open, read without stopping traffic (each field is exact,
+ * the set is not a snapshot). */
+typedef struct rcp_conn_stats {
+    uint64_t requests;       /* accepted by a send */
+    uint64_t replies;        /* replies read from the server */
+    uint64_t batches;        /* batches written (one or more syscalls each) */
+    uint64_t commands_written;
+    uint64_t write_calls;    /* send() syscalls */
+    uint64_t read_calls;     /* recv() syscalls that returned data */
+    uint64_t bytes_out;
+    uint64_t bytes_in;
+    uint64_t timeouts;       /* requests resolved with RCP_ERR_TIMEOUT */
+    uint64_t late_replies;   /* replies discarded because their request had timed out */
+    uint64_t reconnects;     /* successful connects after the first */
+    uint64_t disconnects;
+    uint64_t fast_path;      /* requests served by a lone caller's own I/O */
+    uint64_t futex_wakes;    /* sleeping sync callers woken */
+    uint64_t loop_wakes;     /* eventfd writes to wake an I/O loop */
+} rcp_conn_stats;
+
+RCP_API int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

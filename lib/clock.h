@@ -1,0 +1,15 @@
+/* lib/clock.h: monotonic time in nanoseconds. */
+#ifndef RCP_CLOCK_H
+#define RCP_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t rcp__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#endif

@@ -1,0 +1,116 @@
+/* lib/conn_int.h: the connection's internals, shared by conn.c (the
+ * request path), loop.c (the ready list link) and unit tests.
+ *
+ * Requests live in one ring of slots, in order. Four monotonically growing
+ * counters cut it into regions:
+ *
+ *   head <= wr <= taken <= tail
+ *   [head, wr)    written, awaiting replies (failure => RCP_ERR_IO)
+ *   [wr, taken)   taken by the writer, bytes in wbuf, not fully written
+ *   [taken, tail) pending: bytes in the pending buffer, not yet taken
+ *   [wr, tail)    on failure => RCP_ERR_NOT_SENT (a partly written command is
+ *                 never executed by the server)
+ *
+ * A slot whose future is NULL has been resolved early (timeout); its reply
+ * is read and discarded when it comes. */
+#ifndef RCP_CONN_INT_H
+#define RCP_CONN_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <hiredis/read.h>
+
+#include "loop.h"
+#include "rcpipe/conn.h"
+
+enum {
+    RCP__ST_DISCONNECTED = 0, /* waiting for the reconnect timer */
+    RCP__ST_CONNECTING,       /* TCP connect in progress */
+    RCP__ST_HANDSHAKE,        /* AUTH / SETNAME written, replies awaited */
+    RCP__ST_READY,
+    RCP__ST_CLOSED
+};
+
+typedef struct rcp__slot {
+    rcp_future *f;
+    uint64_t deadline; /* ns, 0: none */
+    size_t len;        /* bytes of this request still to write */
+} rcp__slot;
+
+typedef struct rcp__hs_future {
+    rcp_future f;
+    struct rcp_conn *c;
+} rcp__hs_future;
+
+struct rcp_conn {
+    /* Set at open, read-only afterwards. */
+    rcp_conn_options opt; /* strings point at copies below */
+    char *host, *username, *password, *client_name;
+    char addr[300];       /* "host:port" for messages */
+    rcp__loop *loop;
+    rcp__loop **owned_loops; /* loops this handle created (public open) */
+    unsigned nowned;
+    uint64_t cap;         /* ring size, a power of two >= max_inflight */
+    uint64_t mask;
+
+    pthread_mutex_t mu;   /* guards everything below up to "loop-owned" */
+    pthread_cond_t space_cv;
+    pthread_cond_t state_cv;
+    int space_waiters;
+    rcp__slot *ring;
+    uint64_t head, wr, taken, tail;
+    char *pend;
+    size_t pend_len, pend_off, pend_cap;
+    int state;
+    int fd;
+    int fast_active;      /* a lone caller owns the socket's I/O */
+    uint64_t fast_idx;    /* its slot: the loop never expires it */
+    int loop_io;          /* the loop is inside process: no fast path */
+    int wake_pending;     /* the loop has been asked to flush the batch */
+    int need_close;       /* the fast path hands a failure to the loop */
+    int need_read;        /* the fast path hands the reader role back */
+    int close_code;
+    char close_msg[512];
+    int closing;
+    int closed;           /* the loop finished failing everything */
+    int open_result;      /* -1 while the first connect is pending */
+    char open_msg[600];
+    int ever_connected;
+    uint64_t hs_end;      /* ring counter ending the handshake slots */
+    int hs_failed;
+    char hs_msg[300];
+    uint64_t batch_opened_ns;
+    uint64_t min_deadline;
+    atomic_uint active_calls;
+
+    /* Loop-owned (or fast-path-owned while fast_active). */
+    struct rcp_conn *ready_next;
+    atomic_int in_ready;  /* on the loop's ready stack */
+    char *wbuf;
+    size_t wlen, woff, wcap, wslot_off;
+    redisReader *reader;
+    char *rbuf;
+    size_t rbuf_cap;
+    rcp_future **scratch; /* cap entries: futures resolved outside the lock */
+    uint64_t last_read_ns;
+    uint64_t connect_deadline;
+    uint64_t reconnect_at;
+    unsigned backoff_ms;
+    uint64_t rng;
+    rcp__hs_future hs[2];
+    _Atomic uint64_t timer_at;
+
+    struct {
+        _Atomic uint64_t requests, replies, batches, commands_written, write_calls,
+            read_calls, bytes_out, bytes_in, timeouts, late_replies, reconnects,
+            disconnects, fast_path, futex_wakes, loop_wakes;
+    } st;
+};
+
+/* Internal API for the cluster layer: create a connection on an existing
+ * loop without waiting for it to connect. */
+int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, struct rcp_conn **out);
+
+#endif

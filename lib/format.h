@@ -1,0 +1,31 @@
+/* lib/format.h: RESP request formatting and the check that refuses
+ * commands a shared pipelined connection cannot carry. */
+#ifndef RCP_FORMAT_H
+#define RCP_FORMAT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+/* Bytes of the RESP encoding of argv (argvlen NULL: strlen of each). */
+size_t rcp__format_len(int argc, const char **argv, const size_t *argvlen);
+
+/* Writes exactly rcp__format_len bytes to dst; returns dst + that length. */
+char *rcp__format_write(char *dst, int argc, const char **argv, const size_t *argvlen);
+
+/* printf-like formatting (hiredis's %s %b conventions). On success returns
+ * RCP_OK and a buffer from the library allocator in *out, *outlen bytes. */
+int rcp__format_vprintf(char **out, size_t *outlen, const char *fmt, va_list ap);
+
+/* Splits a request we formatted ourselves back into arguments: at most
+ * `max` of them are reported (pointers into buf); returns the total argc,
+ * or -1 if buf is not a RESP array of bulk strings. */
+int rcp__format_split(const char *buf, size_t len, const char **argv, size_t *argvlen, int max);
+
+/* RCP_OK, RCP_ERR_BLOCKING_COMMAND or RCP_ERR_UNSUPPORTED; *why gets static
+ * text explaining a refusal. */
+int rcp__command_check(int argc, const char **argv, const size_t *argvlen, const char **why);
+
+/* Case-insensitive compare of a counted string with a C string. */
+int rcp__arg_is(const char *arg, size_t len, const char *word);
+
+#endif

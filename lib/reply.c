@@ -1,0 +1,195 @@
+/* lib/reply.c: the reply type. Replies are built by the hiredis reader
+ * through our own object functions, so a GET's reply is one allocation
+ * (header and bytes together) instead of hiredis's two; the same functions
+ * are the place where a streaming sink can later divert large bulk values. */
+#include <string.h>
+
+#include "alloc.h"
+#include "reply.h"
+
+static rcp_reply oom_reply = {
+    RCP_REPLY_ERROR, RCP_ERR_OOM, 0, 13, "out of memory", 0, NULL, RCP__REPLY_STATIC,
+};
+
+static rcp_reply *alloc_node(int type, size_t extra)
+{
+    rcp_reply *r = rcp__malloc(sizeof(*r) + extra);
+    if (!r)
+        return NULL;
+    memset(r, 0, sizeof(*r));
+    r->type = type;
+    r->err = type == RCP_REPLY_ERROR ? RCP_ERR_SERVER : RCP_OK;
+    return r;
+}
+
+static void *attach(const redisReadTask *task, rcp_reply *r)
+{
+    if (r && task->parent) {
+        rcp_reply *parent = task->parent->obj;
+        parent->element[task->idx] = r;
+    }
+    return r;
+}
+
+static void *create_string(const redisReadTask *task, char *str, size_t len)
+{
+    rcp_reply *r;
+    char *dst;
+    if (len > (size_t)-1 - sizeof(*r) - 1)
+        return NULL;
+    r = alloc_node(task->type, len + 1);
+    if (!r)
+        return NULL;
+    dst = (char *)(r + 1);
+    memcpy(dst, str, len);
+    dst[len] = '\0';
+    r->str = dst;
+    r->len = len;
+    return attach(task, r);
+}
+
+static void *create_array(const redisReadTask *task, int elements)
+{
+    rcp_reply *r;
+    size_t n = elements > 0 ? (size_t)elements : 0;
+    r = alloc_node(RCP_REPLY_ARRAY, n * sizeof(rcp_reply *));
+    if (!r)
+        return NULL;
+    r->elements = n;
+    r->element = n ? (rcp_reply **)(r + 1) : NULL;
+    if (n)
+        memset(r->element, 0, n * sizeof(rcp_reply *));
+    return attach(task, r);
+}
+
+static void *create_integer(const redisReadTask *task, long long v)
+{
+    rcp_reply *r = alloc_node(RCP_REPLY_INTEGER, 0);
+    if (!r)
+        return NULL;
+    r->integer = v;
+    return attach(task, r);
+}
+
+static void *create_nil(const redisReadTask *task)
+{
+    return attach(task, alloc_node(RCP_REPLY_NIL, 0));
+}
+
+static void free_object(void *p)
+{
+    rcp_reply_free(p);
+}
+
+redisReplyObjectFunctions rcp__reply_functions = {
+    create_string, create_array, create_integer, create_nil, free_object,
+};
+
+redisReader *rcp__reader_new(void)
+{
+    return redisReaderCreateWithFunctions(&rcp__reply_functions);
+}
+
+void rcp_reply_free(rcp_reply *r)
+{
+    size_t i;
+    if (!r || (r->rcp__flags & (RCP__REPLY_STATIC | RCP__REPLY_STACK)))
+        return;
+    if (r->type == RCP_REPLY_ARRAY && r->element) {
+        for (i = 0; i < r->elements; i++)
+            rcp_reply_free(r->element[i]);
+        /* Heap copies made by dup keep their element array separately. */
+        if (r->element != (rcp_reply **)(r + 1))
+            rcp__free(r->element);
+    }
+    rcp__free(r);
+}
+
+rcp_reply *rcp_reply_dup(const rcp_reply *src)
+{
+    rcp_reply *r;
+    size_t i;
+    if (!src)
+        return NULL;
+    switch (src->type) {
+    case RCP_REPLY_STRING:
+    case RCP_REPLY_STATUS:
+    case RCP_REPLY_ERROR:
+        r = alloc_node(src->type, src->len + 1);
+        if (!r)
+            return NULL;
+        memcpy((char *)(r + 1), src->str ? src->str : "", src->str ? src->len : 0);
+        ((char *)(r + 1))[src->str ? src->len : 0] = '\0';
+        r->str = (char *)(r + 1);
+        r->len = src->str ? src->len : 0;
+        r->err = src->err;
+        return r;
+    case RCP_REPLY_ARRAY:
+        r = alloc_node(RCP_REPLY_ARRAY, src->elements * sizeof(rcp_reply *));
+        if (!r)
+            return NULL;
+        r->elements = src->elements;
+        r->element = src->elements ? (rcp_reply **)(r + 1) : NULL;
+        for (i = 0; i < src->elements; i++) {
+            r->element[i] = rcp_reply_dup(src->element[i]);
+            if (!r->element[i] && src->element[i]) {
+                r->elements = i;
+                rcp_reply_free(r);
+                return NULL;
+            }
+        }
+        return r;
+    default:
+        r = alloc_node(src->type, 0);
+        if (!r)
+            return NULL;
+        r->integer = src->integer;
+        r->err = src->err;
+        return r;
+    }
+}
+
+rcp_reply *rcp_reply_keep(rcp_reply *r)
+{
+    if (!r)
+        return NULL;
+    if (r->rcp__flags & (RCP__REPLY_STACK | RCP__REPLY_STATIC))
+        return rcp_reply_dup(r);
+    r->rcp__flags |= RCP__REPLY_KEPT;
+    return r;
+}
+
+int rcp_reply_is_error(const rcp_reply *r)
+{
+    return r && r->type == RCP_REPLY_ERROR;
+}
+
+void rcp__reply_error_init(rcp_reply *r, int code, const char *msg)
+{
+    memset(r, 0, sizeof(*r));
+    r->type = RCP_REPLY_ERROR;
+    r->err = code;
+    r->str = msg ? msg : rcp_strerror(code);
+    r->len = strlen(r->str);
+    r->rcp__flags = RCP__REPLY_STACK;
+}
+
+rcp_reply *rcp__reply_error_new(int code, const char *msg)
+{
+    rcp_reply tmp;
+    rcp_reply *r;
+    rcp__reply_error_init(&tmp, code, msg);
+    r = rcp_reply_dup(&tmp);
+    return r ? r : &oom_reply;
+}
+
+void rcp__reply_release(rcp_reply *r)
+{
+    if (!r)
+        return;
+    if (r->rcp__flags & RCP__REPLY_KEPT) {
+        r->rcp__flags &= ~RCP__REPLY_KEPT;
+        return;
+    }
+    rcp_reply_free(r);
+}

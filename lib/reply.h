@@ -1,0 +1,31 @@
+/* lib/reply.h: reply objects built straight from the hiredis reader, and
+ * client-error replies. */
+#ifndef RCP_REPLY_INT_H
+#define RCP_REPLY_INT_H
+
+#include <hiredis/read.h>
+
+#include "rcpipe/reply.h"
+
+#define RCP__REPLY_KEPT 0x1u   /* a caller took ownership inside a callback */
+#define RCP__REPLY_STACK 0x2u  /* lives on a stack frame: keep must copy */
+#define RCP__REPLY_STATIC 0x4u /* static storage: never freed */
+
+/* Reader object functions producing rcp_reply trees (one allocation per
+ * node: strings and element arrays are stored inline). */
+extern redisReplyObjectFunctions rcp__reply_functions;
+
+/* A client-error reply in caller-provided storage (flagged STACK). The
+ * message is not copied: it must outlive the reply's use. */
+void rcp__reply_error_init(rcp_reply *r, int code, const char *msg);
+
+/* A heap client-error reply the caller owns; on OOM a static reply. */
+rcp_reply *rcp__reply_error_new(int code, const char *msg);
+
+/* After a resolve callback: free the reply unless the callee kept it. */
+void rcp__reply_release(rcp_reply *r);
+
+/* Creates a reader using rcp__reply_functions; NULL on OOM. */
+redisReader *rcp__reader_new(void);
+
+#endif
