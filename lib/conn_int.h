@@ -88,6 +88,7 @@ struct rcp_conn {
     /* Loop-owned (or fast-path-owned while fast_active). */
     struct rcp_conn *ready_next;
     atomic_int in_ready;  /* on the loop's ready stack */
+    int armed;            /* epoll wakes the loop on readable/writable */
     char *wbuf;
     size_t wlen, woff, wcap, wslot_off;
     redisReader *reader;

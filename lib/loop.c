@@ -193,6 +193,15 @@ int rcp__loop_watch(rcp__loop *l, int fd, struct rcp_conn *c)
     return epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+int rcp__loop_rearm(rcp__loop *l, int fd, struct rcp_conn *c, int armed)
+{
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = armed ? EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET : EPOLLRDHUP | EPOLLET;
+    ev.data.ptr = c;
+    return epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev);
+}
+
 void rcp__loop_unwatch(rcp__loop *l, int fd)
 {
     struct epoll_event ev;

@@ -19,6 +19,9 @@ void rcp__loop_detach(rcp__loop *l, struct rcp_conn *c);
 /* Watch fd for the connection (edge-triggered in and out). */
 int rcp__loop_watch(rcp__loop *l, int fd, struct rcp_conn *c);
 void rcp__loop_unwatch(rcp__loop *l, int fd);
+/* armed 0: only peer hang-ups wake the loop (a lone caller reads the
+ * replies itself); armed 1: readable and writable edges too. */
+int rcp__loop_rearm(rcp__loop *l, int fd, struct rcp_conn *c, int armed);
 
 /* Queue the connection for processing on the loop thread; writes the
  * eventfd only if the loop sleeps and nothing else was queued. Returns 1 if
