@@ -1551,6 +1551,23 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
             rcp__free(buf);
         return NULL;
     }
+    {
+        /* Bytes already waiting on an idle connection are not a reply to
+         * anything we are about to send (a misbehaving server, or a close):
+         * let the loop read and judge them instead of taking them as ours. */
+        char peek;
+        ssize_t pk = recv(c->fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (pk >= 0) {
+            int ring = !c->need_read;
+            c->need_read = 1;
+            pthread_mutex_unlock(&c->mu);
+            if (ring)
+                ring_loop(c);
+            if (buf != stackbuf)
+                rcp__free(buf);
+            return NULL;
+        }
+    }
     idx = c->tail;
     {
         rcp__slot *sl = &c->ring[idx & c->mask];

@@ -1,0 +1,186 @@
+/* Unit tests: RESP request formatting and command screening. */
+#include <check.h>
+#include <hiredis/hiredis.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "format.h"
+#include "rcpipe.h"
+
+static unsigned long long seed = 88172645463325252ull;
+static unsigned rnd(void)
+{
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    return (unsigned)seed;
+}
+
+START_TEST(matches_hiredis_on_random_binary_argv)
+{
+    int iter;
+    for (iter = 0; iter < 2000; iter++) {
+        int argc = 1 + (int)(rnd() % 8), i;
+        const char *argv[8];
+        size_t lens[8];
+        char *bufs[8];
+        char *ours, *theirs = NULL;
+        size_t n;
+        int tn;
+        for (i = 0; i < argc; i++) {
+            size_t j, l = rnd() % (iter % 50 == 0 ? 5000 : 40);
+            bufs[i] = malloc(l + 1);
+            for (j = 0; j < l; j++)
+                bufs[i][j] = (char)(rnd() & 0xff); /* NUL, \r, \n included */
+            argv[i] = bufs[i];
+            lens[i] = l;
+        }
+        n = rcp__format_len(argc, argv, lens);
+        ours = malloc(n);
+        ck_assert_ptr_eq(rcp__format_write(ours, argc, argv, lens), ours + n);
+        tn = redisFormatCommandArgv(&theirs, argc, argv, lens);
+        ck_assert_int_eq((int)n, tn);
+        ck_assert_int_eq(memcmp(ours, theirs, n), 0);
+        {
+            const char *sa[8];
+            size_t sl[8];
+            ck_assert_int_eq(rcp__format_split(ours, n, sa, sl, 8), argc);
+            for (i = 0; i < argc; i++) {
+                ck_assert_uint_eq(sl[i], lens[i]);
+                ck_assert_int_eq(memcmp(sa[i], argv[i], lens[i]), 0);
+            }
+        }
+        redisFreeCommand(theirs);
+        free(ours);
+        for (i = 0; i < argc; i++)
+            free(bufs[i]);
+    }
+}
+END_TEST
+
+START_TEST(cstring_argv_without_lengths)
+{
+    const char *argv[] = {"SET", "key", ""};
+    size_t n = rcp__format_len(3, argv, NULL);
+    char buf[64];
+    const char *want = "*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$0\r\n\r\n";
+    ck_assert_uint_eq(n, strlen(want));
+    rcp__format_write(buf, 3, argv, NULL);
+    ck_assert_int_eq(memcmp(buf, want, n), 0);
+}
+END_TEST
+
+static int vp(char **out, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    int rv;
+    va_start(ap, fmt);
+    rv = rcp__format_vprintf(out, len, fmt, ap);
+    va_end(ap);
+    return rv;
+}
+
+START_TEST(printf_style)
+{
+    char *out;
+    size_t len;
+    const char bin[] = {'a', 0, '\r', '\n'};
+    const char *want = "*3\r\n$3\r\nSET\r\n$2\r\nk1\r\n$4\r\na\0\r\n\r\n";
+    ck_assert_int_eq(vp(&out, &len, "SET k%d %b", 1, bin, sizeof bin), RCP_OK);
+    ck_assert_uint_eq(len, 31);
+    ck_assert_int_eq(memcmp(out, want, len), 0);
+    rcp__free(out);
+}
+END_TEST
+
+START_TEST(split_rejects_garbage)
+{
+    const char *a[4];
+    size_t l[4];
+    ck_assert_int_eq(rcp__format_split("+OK\r\n", 5, a, l, 4), -1);
+    ck_assert_int_eq(rcp__format_split("*2\r\n$3\r\nGET\r\n", 13, a, l, 4), -1);
+    ck_assert_int_eq(rcp__format_split("*1\r\n$9\r\nGET\r\n", 13, a, l, 4), -1);
+    ck_assert_int_eq(rcp__format_split("*", 1, a, l, 4), -1);
+}
+END_TEST
+
+static int check1(const char *line)
+{
+    /* Split a space-separated command line and screen it. */
+    char buf[256];
+    const char *argv[16];
+    int argc = 0;
+    const char *why = NULL;
+    char *save, *tok;
+    int rv;
+    snprintf(buf, sizeof buf, "%s", line);
+    for (tok = strtok_r(buf, " ", &save); tok && argc < 16; tok = strtok_r(NULL, " ", &save))
+        argv[argc++] = tok;
+    rv = rcp__command_check(argc, argv, NULL, &why);
+    if (rv != RCP_OK)
+        ck_assert_ptr_nonnull(why);
+    return rv;
+}
+
+START_TEST(screening)
+{
+    ck_assert_int_eq(check1("GET k"), RCP_OK);
+    ck_assert_int_eq(check1("get k"), RCP_OK);
+    ck_assert_int_eq(check1("BLPOP l 0"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("blpop l 0"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("BRPOP l 0"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("BRPOPLPUSH a b 0"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("BLMOVE a b LEFT RIGHT 0"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("BLMPOP 0 1 a LEFT"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("BZPOPMIN z 0"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("BZPOPMAX z 0"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("BZMPOP 0 1 z MIN"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("WAIT 1 0"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("XREAD BLOCK 0 STREAMS s $"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("XREAD COUNT 2 block 10 STREAMS s 0"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("XREADGROUP GROUP g c BLOCK 5 STREAMS s >"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_int_eq(check1("XREAD COUNT 2 STREAMS s 0"), RCP_OK);
+    /* BLOCK after STREAMS is a stream name, not the option. */
+    ck_assert_int_eq(check1("XREAD STREAMS BLOCK 0"), RCP_OK);
+    ck_assert_int_eq(check1("MULTI"), RCP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(check1("exec"), RCP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(check1("SUBSCRIBE ch"), RCP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(check1("SSUBSCRIBE ch"), RCP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(check1("SELECT 1"), RCP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(check1("CLIENT REPLY OFF"), RCP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(check1("CLIENT GETNAME"), RCP_OK);
+    ck_assert_int_eq(check1("BLPOPX k"), RCP_OK);
+    ck_assert_int_eq(check1("BLPO k"), RCP_OK);
+}
+END_TEST
+
+START_TEST(arg_is)
+{
+    ck_assert(rcp__arg_is("get", 3, "GET"));
+    ck_assert(!rcp__arg_is("get", 3, "GETX"));
+    ck_assert(!rcp__arg_is("getx", 4, "GET"));
+    ck_assert(!rcp__arg_is("g\0t", 3, "GET"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("format");
+    TCase *tc = tcase_create("core");
+    SRunner *sr;
+    int failed;
+    tcase_add_test(tc, matches_hiredis_on_random_binary_argv);
+    tcase_add_test(tc, cstring_argv_without_lengths);
+    tcase_add_test(tc, printf_style);
+    tcase_add_test(tc, split_rejects_garbage);
+    tcase_add_test(tc, screening);
+    tcase_add_test(tc, arg_is);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

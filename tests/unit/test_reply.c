@@ -1,0 +1,199 @@
+/* Unit tests: reply objects built by the hiredis reader with our object
+ * functions, ownership (keep/dup/free) and client-error replies. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reply.h"
+#include "rcpipe.h"
+
+static rcp_reply *parse(const char *buf, size_t len, int *status)
+{
+    redisReader *r = rcp__reader_new();
+    void *out = NULL;
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(redisReaderFeed(r, buf, len), REDIS_OK);
+    *status = redisReaderGetReply(r, &out);
+    redisReaderFree(r);
+    return out;
+}
+
+START_TEST(scalars)
+{
+    int st;
+    rcp_reply *r = parse("$5\r\nhe\0lo\r\n", 11, &st);
+    ck_assert_int_eq(st, REDIS_OK);
+    ck_assert_int_eq(r->type, RCP_REPLY_STRING);
+    ck_assert_int_eq(r->err, RCP_OK);
+    ck_assert_uint_eq(r->len, 5);
+    ck_assert_int_eq(memcmp(r->str, "he\0lo", 6), 0); /* NUL-terminated too */
+    rcp_reply_free(r);
+
+    r = parse("+OK\r\n", 5, &st);
+    ck_assert_int_eq(r->type, RCP_REPLY_STATUS);
+    ck_assert_str_eq(r->str, "OK");
+    rcp_reply_free(r);
+
+    r = parse("-ERR wrong type\r\n", 17, &st);
+    ck_assert_int_eq(r->type, RCP_REPLY_ERROR);
+    ck_assert_int_eq(r->err, RCP_ERR_SERVER);
+    ck_assert_str_eq(r->str, "ERR wrong type");
+    ck_assert(rcp_reply_is_error(r));
+    rcp_reply_free(r);
+
+    r = parse(":-42\r\n", 6, &st);
+    ck_assert_int_eq(r->type, RCP_REPLY_INTEGER);
+    ck_assert_int_eq(r->integer, -42);
+    rcp_reply_free(r);
+
+    r = parse("$-1\r\n", 5, &st);
+    ck_assert_int_eq(r->type, RCP_REPLY_NIL);
+    ck_assert(!rcp_reply_is_error(r));
+    rcp_reply_free(r);
+
+    r = parse("$0\r\n\r\n", 6, &st);
+    ck_assert_int_eq(r->type, RCP_REPLY_STRING);
+    ck_assert_uint_eq(r->len, 0);
+    ck_assert_str_eq(r->str, "");
+    rcp_reply_free(r);
+}
+END_TEST
+
+START_TEST(nested_arrays_and_dup)
+{
+    const char *in = "*3\r\n:1\r\n*2\r\n$1\r\na\r\n$-1\r\n*0\r\n";
+    int st;
+    rcp_reply *r = parse(in, strlen(in), &st), *d;
+    ck_assert_int_eq(r->type, RCP_REPLY_ARRAY);
+    ck_assert_uint_eq(r->elements, 3);
+    ck_assert_int_eq(r->element[0]->integer, 1);
+    ck_assert_int_eq(r->element[1]->type, RCP_REPLY_ARRAY);
+    ck_assert_str_eq(r->element[1]->element[0]->str, "a");
+    ck_assert_int_eq(r->element[1]->element[1]->type, RCP_REPLY_NIL);
+    ck_assert_uint_eq(r->element[2]->elements, 0);
+    d = rcp_reply_dup(r);
+    rcp_reply_free(r);
+    ck_assert_uint_eq(d->elements, 3);
+    ck_assert_str_eq(d->element[1]->element[0]->str, "a");
+    ck_assert_int_eq(d->element[0]->integer, 1);
+    rcp_reply_free(d);
+}
+END_TEST
+
+START_TEST(protocol_errors)
+{
+    int st;
+    rcp_reply *r = parse("!garbage\r\n", 10, &st);
+    ck_assert_int_eq(st, REDIS_ERR);
+    ck_assert_ptr_null(r);
+    /* Deeper nesting than the reader supports: an error, not a crash. */
+    r = parse("*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", 43, &st);
+    ck_assert_int_eq(st, REDIS_ERR);
+    ck_assert_ptr_null(r);
+}
+END_TEST
+
+START_TEST(partial_feed)
+{
+    const char *in = "*2\r\n$3\r\nfoo\r\n:7\r\n";
+    size_t i, n = strlen(in);
+    redisReader *rd = rcp__reader_new();
+    void *out = NULL;
+    for (i = 0; i < n; i++) {
+        ck_assert_ptr_null(out);
+        ck_assert_int_eq(redisReaderFeed(rd, in + i, 1), REDIS_OK);
+        ck_assert_int_eq(redisReaderGetReply(rd, &out), REDIS_OK);
+    }
+    ck_assert_ptr_nonnull(out);
+    ck_assert_str_eq(((rcp_reply *)out)->element[0]->str, "foo");
+    rcp_reply_free(out);
+    redisReaderFree(rd);
+}
+END_TEST
+
+START_TEST(keep_and_release)
+{
+    int st;
+    rcp_reply *r = parse("+OK\r\n", 5, &st), *k, stack, *copy;
+    /* A kept reply survives the library's release after the callback. */
+    k = rcp_reply_keep(r);
+    ck_assert_ptr_eq(k, r);
+    rcp__reply_release(r);
+    ck_assert_str_eq(k->str, "OK");
+    rcp_reply_free(k);
+
+    /* Client errors live on the stack: keeping one copies it. */
+    rcp__reply_error_init(&stack, RCP_ERR_TIMEOUT, "timed out here");
+    ck_assert_int_eq(stack.err, RCP_ERR_TIMEOUT);
+    copy = rcp_reply_keep(&stack);
+    ck_assert_ptr_ne(copy, &stack);
+    ck_assert_str_eq(copy->str, "timed out here");
+    ck_assert_int_eq(copy->err, RCP_ERR_TIMEOUT);
+    ck_assert_int_eq(copy->type, RCP_REPLY_ERROR);
+    rcp_reply_free(copy);
+    rcp_reply_free(&stack); /* ignored, never freed */
+    rcp_reply_free(NULL);
+
+    copy = rcp__reply_error_new(RCP_ERR_IO, NULL);
+    ck_assert_str_eq(copy->str, rcp_strerror(RCP_ERR_IO));
+    rcp_reply_free(copy);
+}
+END_TEST
+
+static int allocs_left = -1;
+static void *fail_malloc(size_t n) { return allocs_left-- == 0 ? NULL : malloc(n); }
+static void *fail_calloc(size_t a, size_t b) { return allocs_left-- == 0 ? NULL : calloc(a, b); }
+static void *fail_realloc(void *p, size_t n) { return allocs_left-- == 0 ? NULL : realloc(p, n); }
+
+START_TEST(allocator_hook_and_oom)
+{
+    rcp_allocator a = {fail_malloc, fail_calloc, fail_realloc, free};
+    const char *in = "*2\r\n$3\r\nfoo\r\n$3\r\nbar\r\n";
+    int st, k;
+    ck_assert_int_eq(rcp_set_allocator(NULL), RCP_ERR_INVALID);
+    ck_assert_int_eq(rcp_set_allocator(&a), RCP_OK);
+    /* Fail each of the reply's allocations in turn: an error, no leak. */
+    for (k = 0; k < 3; k++) {
+        rcp_reply *r;
+        allocs_left = k;
+        r = parse(in, strlen(in), &st);
+        ck_assert_int_eq(st, REDIS_ERR);
+        ck_assert_ptr_null(r);
+    }
+    allocs_left = -1;
+    {
+        rcp_reply *r = parse(in, strlen(in), &st);
+        ck_assert_int_eq(st, REDIS_OK);
+        rcp_reply_free(r);
+    }
+    /* An error reply that cannot be allocated is the static OOM reply. */
+    allocs_left = 0;
+    {
+        rcp_reply *r = rcp__reply_error_new(RCP_ERR_IO, "x");
+        ck_assert_int_eq(r->err, RCP_ERR_OOM);
+        rcp_reply_free(r);
+    }
+    allocs_left = -1;
+    rcp_reset_allocator();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("reply");
+    TCase *tc = tcase_create("core");
+    SRunner *sr;
+    int failed;
+    tcase_add_test(tc, scalars);
+    tcase_add_test(tc, nested_arrays_and_dup);
+    tcase_add_test(tc, protocol_errors);
+    tcase_add_test(tc, partial_feed);
+    tcase_add_test(tc, keep_and_release);
+    tcase_add_test(tc, allocator_hook_and_oom);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
