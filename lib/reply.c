@@ -149,13 +149,18 @@ rcp_reply *rcp_reply_dup(const rcp_reply *src)
     }
 }
 
+/* Which reply the current thread's callback kept. A thread-local, not a
+ * flag in the reply: once a callback has handed the reply to another
+ * thread (a sync caller), the library must not touch it again. */
+static _Thread_local rcp_reply *kept_reply;
+
 rcp_reply *rcp_reply_keep(rcp_reply *r)
 {
     if (!r)
         return NULL;
     if (r->rcp__flags & (RCP__REPLY_STACK | RCP__REPLY_STATIC))
         return rcp_reply_dup(r);
-    r->rcp__flags |= RCP__REPLY_KEPT;
+    kept_reply = r;
     return r;
 }
 
@@ -187,9 +192,10 @@ void rcp__reply_release(rcp_reply *r)
 {
     if (!r)
         return;
-    if (r->rcp__flags & RCP__REPLY_KEPT) {
-        r->rcp__flags &= ~RCP__REPLY_KEPT;
+    if (kept_reply == r) {
+        kept_reply = NULL;
         return;
     }
+    kept_reply = NULL;
     rcp_reply_free(r);
 }

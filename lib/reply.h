@@ -7,7 +7,6 @@
 
 #include "rcpipe/reply.h"
 
-#define RCP__REPLY_KEPT 0x1u   /* a caller took ownership inside a callback */
 #define RCP__REPLY_STACK 0x2u  /* lives on a stack frame: keep must copy */
 #define RCP__REPLY_STATIC 0x4u /* static storage: never freed */
 
@@ -22,7 +21,8 @@ void rcp__reply_error_init(rcp_reply *r, int code, const char *msg);
 /* A heap client-error reply the caller owns; on OOM a static reply. */
 rcp_reply *rcp__reply_error_new(int code, const char *msg);
 
-/* After a resolve callback: free the reply unless the callee kept it. */
+/* After a resolve callback, on the thread that ran it: free the reply
+ * unless the callback kept it (rcp_reply_keep). Never reads a kept reply. */
 void rcp__reply_release(rcp_reply *r);
 
 /* Creates a reader using rcp__reply_functions; NULL on OOM. */

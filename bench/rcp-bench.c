@@ -1,0 +1,1297 @@
+/* rcp-bench: N application threads, each a synchronous caller doing one
+ * request at a time, against one Redis node.
+ *
+ * --client rcpipe: all threads share ONE rcp_conn (implicit pipelining).
+ * --client classic: the request/response baseline, one blocking hiredis
+ * connection per thread.
+ *
+ * Besides throughput and latency percentiles it reports what each command
+ * costs: server CPU (from INFO before and after the timed phase), client
+ * CPU and context switches (getrusage), and for rcpipe the library's own
+ * counters (futex wakes, loop wakes, commands per write). Option names follow
+ * memtier_benchmark where there is one. Results go to stdout (and, with
+ * --json-out-file, to a JSON file); progress and diagnostics to stderr. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "rcpipe.h"
+
+#include "hist.h"
+
+#define PROG "rcp-bench"
+#define EXIT_RUN_FAILED 1
+#define EXIT_BAD_USAGE 2
+
+#define MAX_THREADS 4096u
+#define MAX_DATA_SIZE (64u * 1024 * 1024)
+#define PRELOAD_CHUNK 1000u  /* commands per pipelined write while preloading */
+#define CONNECT_TIMEOUT_S 5
+#define CLASSIC_IO_TIMEOUT_S 10 /* hiredis socket timeout of the baseline */
+/* After the stop, a thread gets this long to return from its request (the
+ * library's default request deadline is 5 s) before the run is declared hung. */
+#define STOP_GRACE_S 15
+
+enum client_kind { CLIENT_RCPIPE, CLIENT_CLASSIC };
+
+typedef struct config {
+    char *host;
+    int port;
+    unsigned threads;
+    unsigned ratio_set, ratio_get;
+    size_t data_size;
+    uint64_t key_min, key_max;
+    const char *key_prefix;
+    double test_time_s;
+    uint64_t requests; /* per thread; 0: bound by test_time_s */
+    int client;        /* enum client_kind */
+    const char *json_out;
+    bool preload;
+    bool batch_delay_set;
+    unsigned batch_delay_us;
+    bool io_threads_set;
+    unsigned io_threads;
+    bool no_fast_path;
+    const char *password;
+    const char *user;
+    bool progress;
+} config;
+
+struct bench;
+
+typedef struct worker {
+    struct bench *b;
+    unsigned index;
+    pthread_t tid;
+    redisContext *rc;       /* classic only */
+    bool connect_failed;
+    bool broken;            /* classic: the connection failed mid-run */
+    _Atomic uint64_t done;  /* requests completed, read by the progress line */
+    uint64_t set_ops, get_ops, errors;
+    uint64_t end_ns;        /* when this thread stopped issuing requests */
+    char first_error[256];
+    hist set_h, get_h;
+} worker;
+
+typedef struct bench {
+    const config *cfg;
+    rcp_conn *conn; /* rcpipe only */
+    char *value;    /* data_size bytes of a fixed pattern */
+    atomic_bool stop;
+    pthread_barrier_t ready, go;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned finished;
+    worker *workers;
+} bench;
+
+typedef struct server_info {
+    double cpu_user, cpu_sys; /* seconds */
+    uint64_t commands;        /* total_commands_processed */
+} server_info;
+
+static volatile sig_atomic_t interrupted;
+static const char *hang_reason; /* set by supervise when the run hung */
+
+/* ------------------------------------------------------------------ util */
+
+static _Noreturn void die_usage(const char *fmt, ...) RCP_PRINTF(1, 2);
+static _Noreturn void die_usage(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, PROG ": ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '" PROG " --help'.\n");
+    exit(EXIT_BAD_USAGE);
+}
+
+static _Noreturn void die_run(const char *fmt, ...) RCP_PRINTF(1, 2);
+static _Noreturn void die_run(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, PROG ": ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(EXIT_RUN_FAILED);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static struct timespec ns_to_timespec(uint64_t ns)
+{
+    struct timespec ts;
+
+    ts.tv_sec = (time_t)(ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    return ts;
+}
+
+/* splitmix64: turns a small seed (the thread index) into a good xorshift
+ * state, never zero. */
+static uint64_t rng_seed(uint64_t x)
+{
+    uint64_t z = x + 0x9E3779B97F4A7C15ull;
+
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return z ? z : 0x2545F4914F6CDD1Dull;
+}
+
+/* xorshift64*: per-thread, no locks, no shared state. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Decimal digits of v at dst (no NUL); returns their number. */
+static size_t u64_to_dec(uint64_t v, char *dst)
+{
+    char tmp[20];
+    size_t n = 0, i;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (i = 0; i < n; i++)
+        dst[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* ------------------------------------------------------------ options */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: " PROG " [options]\n"
+        "\n"
+        "N application threads, each doing one synchronous request at a time,\n"
+        "against one Redis server. --client rcpipe shares ONE rcpipe connection\n"
+        "between all threads (implicit pipelining); --client classic gives each\n"
+        "thread its own blocking hiredis connection (request/response baseline).\n"
+        "\n"
+        "Connection:\n"
+        "  -s, --server HOST:PORT   server address (default 127.0.0.1:6379)\n"
+        "  -p, --port PORT          server port (overrides the one in --server)\n"
+        "  -a, --auth PASSWORD      AUTH password\n"
+        "      --user USER          ACL user name for AUTH (needs --auth)\n"
+        "\n"
+        "Load:\n"
+        "  -t, --threads N          application threads (default 4)\n"
+        "      --ratio SET:GET      SET to GET ratio (default 1:10)\n"
+        "  -d, --data-size BYTES    value size of SETs and of --preload (default 32)\n"
+        "      --key-minimum N      smallest key number (default 0)\n"
+        "      --key-maximum N      largest key number (default 10000)\n"
+        "      --key-prefix STR     key name prefix (default \"memtier-\")\n"
+        "      --test-time SECS     timed phase length, may be fractional (default 10)\n"
+        "  -n, --requests N         requests per thread; wins over --test-time\n"
+        "      --preload            SET every key in [min,max] before the run (not timed)\n"
+        "\n"
+        "Client:\n"
+        "      --client NAME        rcpipe (default) or classic\n"
+        "      --batch-delay-us N   rcpipe: pause after a batch's first request\n"
+        "      --io-threads N       rcpipe: I/O loop threads\n"
+        "      --no-fast-path       rcpipe: disable the lone-caller fast path\n"
+        "\n"
+        "Output:\n"
+        "      --json-out-file FILE write the results as one JSON object to FILE\n"
+        "      --progress           progress line on stderr every second even when\n"
+        "                           stderr is not a terminal\n"
+        "  -h, --help               this text\n"
+        "\n"
+        "Exit status: 0 on success, 1 when connecting failed or any request got\n"
+        "an error, 2 on bad options.\n");
+}
+
+static uint64_t parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
+{
+    char *end;
+    unsigned long long v;
+
+    if (!s || !*s || *s < '0' || *s > '9')
+        die_usage("%s: '%s' is not a non-negative integer", opt, s ? s : "");
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || *end)
+        die_usage("%s: '%s' is not a non-negative integer", opt, s);
+    if (v < min || v > max)
+        die_usage("%s: %s is out of range [%" PRIu64 ", %" PRIu64 "]", opt, s, min, max);
+    return (uint64_t)v;
+}
+
+static void parse_server(config *cfg, const char *s)
+{
+    const char *colon;
+    size_t hostlen;
+
+    if (!*s)
+        die_usage("--server: empty address");
+    if (*s == '[') { /* [v6addr]:port */
+        const char *close = strchr(s, ']');
+        if (!close || close == s + 1)
+            die_usage("--server: bad address '%s'", s);
+        hostlen = (size_t)(close - s - 1);
+        free(cfg->host);
+        cfg->host = strndup(s + 1, hostlen);
+        if (close[1] == ':')
+            cfg->port = (int)parse_u64("--server port", close + 2, 1, 65535);
+        else if (close[1])
+            die_usage("--server: bad address '%s'", s);
+        return;
+    }
+    colon = strrchr(s, ':');
+    if (colon && strchr(s, ':') != colon) /* bare IPv6 without a port */
+        colon = NULL;
+    hostlen = colon ? (size_t)(colon - s) : strlen(s);
+    if (hostlen == 0)
+        die_usage("--server: missing host in '%s'", s);
+    free(cfg->host);
+    cfg->host = strndup(s, hostlen);
+    if (colon)
+        cfg->port = (int)parse_u64("--server port", colon + 1, 1, 65535);
+}
+
+static void parse_ratio(config *cfg, const char *s)
+{
+    const char *colon = strchr(s, ':');
+    char buf[64];
+    size_t n;
+
+    if (!colon || (n = (size_t)(colon - s)) == 0 || n >= sizeof(buf))
+        die_usage("--ratio: expected SET:GET, got '%s'", s);
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    cfg->ratio_set = (unsigned)parse_u64("--ratio", buf, 0, 1000000);
+    cfg->ratio_get = (unsigned)parse_u64("--ratio", colon + 1, 0, 1000000);
+    if (cfg->ratio_set + cfg->ratio_get == 0)
+        die_usage("--ratio: SET and GET cannot both be 0");
+}
+
+static double parse_seconds(const char *opt, const char *s)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > 0.0) || v > 86400.0 * 365)
+        die_usage("%s: '%s' is not a positive number of seconds", opt, s);
+    return v;
+}
+
+enum {
+    OPT_RATIO = 256,
+    OPT_KEY_MIN,
+    OPT_KEY_MAX,
+    OPT_KEY_PREFIX,
+    OPT_TEST_TIME,
+    OPT_CLIENT,
+    OPT_JSON,
+    OPT_PRELOAD,
+    OPT_BATCH_DELAY,
+    OPT_IO_THREADS,
+    OPT_NO_FAST_PATH,
+    OPT_USER,
+    OPT_PROGRESS
+};
+
+static void parse_args(config *cfg, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"server", required_argument, NULL, 's'},
+        {"port", required_argument, NULL, 'p'},
+        {"auth", required_argument, NULL, 'a'},
+        {"user", required_argument, NULL, OPT_USER},
+        {"threads", required_argument, NULL, 't'},
+        {"ratio", required_argument, NULL, OPT_RATIO},
+        {"data-size", required_argument, NULL, 'd'},
+        {"key-minimum", required_argument, NULL, OPT_KEY_MIN},
+        {"key-maximum", required_argument, NULL, OPT_KEY_MAX},
+        {"key-prefix", required_argument, NULL, OPT_KEY_PREFIX},
+        {"test-time", required_argument, NULL, OPT_TEST_TIME},
+        {"requests", required_argument, NULL, 'n'},
+        {"preload", no_argument, NULL, OPT_PRELOAD},
+        {"client", required_argument, NULL, OPT_CLIENT},
+        {"batch-delay-us", required_argument, NULL, OPT_BATCH_DELAY},
+        {"io-threads", required_argument, NULL, OPT_IO_THREADS},
+        {"no-fast-path", no_argument, NULL, OPT_NO_FAST_PATH},
+        {"json-out-file", required_argument, NULL, OPT_JSON},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    const char *port_override = NULL;
+
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->host = strdup("127.0.0.1");
+    cfg->port = 6379;
+    cfg->threads = 4;
+    cfg->ratio_set = 1;
+    cfg->ratio_get = 10;
+    cfg->data_size = 32;
+    cfg->key_min = 0;
+    cfg->key_max = 10000;
+    cfg->key_prefix = "memtier-";
+    cfg->test_time_s = 10;
+    cfg->client = CLIENT_RCPIPE;
+
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":s:p:a:t:d:n:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's': parse_server(cfg, optarg); break;
+        case 'p': port_override = optarg; break;
+        case 'a': cfg->password = optarg; break;
+        case OPT_USER: cfg->user = optarg; break;
+        case 't': cfg->threads = (unsigned)parse_u64("--threads", optarg, 1, MAX_THREADS); break;
+        case OPT_RATIO: parse_ratio(cfg, optarg); break;
+        case 'd': cfg->data_size = (size_t)parse_u64("--data-size", optarg, 0, MAX_DATA_SIZE); break;
+        case OPT_KEY_MIN: cfg->key_min = parse_u64("--key-minimum", optarg, 0, UINT64_MAX - 1); break;
+        case OPT_KEY_MAX: cfg->key_max = parse_u64("--key-maximum", optarg, 0, UINT64_MAX - 1); break;
+        case OPT_KEY_PREFIX: cfg->key_prefix = optarg; break;
+        case OPT_TEST_TIME: cfg->test_time_s = parse_seconds("--test-time", optarg); break;
+        case 'n': cfg->requests = parse_u64("--requests", optarg, 1, UINT64_MAX / 2); break;
+        case OPT_PRELOAD: cfg->preload = true; break;
+        case OPT_CLIENT:
+            if (strcmp(optarg, "rcpipe") == 0)
+                cfg->client = CLIENT_RCPIPE;
+            else if (strcmp(optarg, "classic") == 0)
+                cfg->client = CLIENT_CLASSIC;
+            else
+                die_usage("--client: expected rcpipe or classic, got '%s'", optarg);
+            break;
+        case OPT_BATCH_DELAY:
+            cfg->batch_delay_us = (unsigned)parse_u64("--batch-delay-us", optarg, 0, 1000000);
+            cfg->batch_delay_set = true;
+            break;
+        case OPT_IO_THREADS:
+            cfg->io_threads = (unsigned)parse_u64("--io-threads", optarg, 1, 256);
+            cfg->io_threads_set = true;
+            break;
+        case OPT_NO_FAST_PATH: cfg->no_fast_path = true; break;
+        case OPT_JSON: cfg->json_out = optarg; break;
+        case OPT_PROGRESS: cfg->progress = true; break;
+        case 'h': usage(stdout); exit(0);
+        case ':': die_usage("option '%s' needs an argument", argv[optind - 1]);
+        default:
+            if (optopt && optopt < 256)
+                die_usage("unknown option '-%c'", optopt);
+            die_usage("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        die_usage("unexpected argument '%s'", argv[optind]);
+    if (port_override)
+        cfg->port = (int)parse_u64("--port", port_override, 1, 65535);
+    if (cfg->key_min > cfg->key_max)
+        die_usage("--key-minimum (%" PRIu64 ") is larger than --key-maximum (%" PRIu64 ")",
+                  cfg->key_min, cfg->key_max);
+    if (cfg->user && !cfg->password)
+        die_usage("--user needs --auth PASSWORD");
+    if (cfg->client == CLIENT_CLASSIC &&
+        (cfg->batch_delay_set || cfg->io_threads_set || cfg->no_fast_path))
+        die_usage("--batch-delay-us, --io-threads and --no-fast-path apply to --client rcpipe only");
+    if (!cfg->progress)
+        cfg->progress = isatty(STDERR_FILENO);
+}
+
+/* ------------------------------------------------- hiredis side channels */
+
+/* A blocking hiredis connection, authenticated. NULL on failure with a
+ * message in err. */
+static redisContext *hiredis_connect(const config *cfg, char *err, size_t errlen)
+{
+    struct timeval tv = {CONNECT_TIMEOUT_S, 0};
+    redisContext *rc = redisConnectWithTimeout(cfg->host, cfg->port, tv);
+    redisReply *r;
+
+    if (!rc) {
+        snprintf(err, errlen, "cannot connect to %s:%d: out of memory", cfg->host, cfg->port);
+        return NULL;
+    }
+    if (rc->err) {
+        snprintf(err, errlen, "cannot connect to %s:%d: %s", cfg->host, cfg->port, rc->errstr);
+        redisFree(rc);
+        return NULL;
+    }
+    if (cfg->password) {
+        const char *argv[3];
+        int argc = 0;
+
+        argv[argc++] = "AUTH";
+        if (cfg->user)
+            argv[argc++] = cfg->user;
+        argv[argc++] = cfg->password;
+        r = redisCommandArgv(rc, argc, argv, NULL);
+        if (!r || r->type == REDIS_REPLY_ERROR) {
+            snprintf(err, errlen, "AUTH on %s:%d failed: %s", cfg->host, cfg->port,
+                     r ? r->str : rc->errstr);
+            if (r)
+                freeReplyObject(r);
+            redisFree(rc);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    /* The run must stop by itself even if the server hangs. */
+    tv.tv_sec = CLASSIC_IO_TIMEOUT_S;
+    redisSetTimeout(rc, tv);
+    return rc;
+}
+
+/* Value of "name:value" in an INFO text, NULL if absent. Matches the whole
+ * field name (used_cpu_sys is not used_cpu_sys_children). */
+static const char *info_field(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    const char *line = text;
+
+    while (line && *line) {
+        if (strncmp(line, name, n) == 0 && line[n] == ':')
+            return line + n + 1;
+        line = strchr(line, '\n');
+        if (line)
+            line++;
+    }
+    return NULL;
+}
+
+static bool server_info_read(const config *cfg, server_info *out, char *err, size_t errlen)
+{
+    redisContext *rc = hiredis_connect(cfg, err, errlen);
+    redisReply *r;
+    const char *u, *s, *c;
+    const char *argv[1] = {"INFO"};
+
+    if (!rc)
+        return false;
+    r = redisCommandArgv(rc, 1, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_STRING) {
+        snprintf(err, errlen, "INFO on %s:%d failed: %s", cfg->host, cfg->port,
+                 r ? (r->str ? r->str : "unexpected reply type") : rc->errstr);
+        if (r)
+            freeReplyObject(r);
+        redisFree(rc);
+        return false;
+    }
+    u = info_field(r->str, "used_cpu_user");
+    s = info_field(r->str, "used_cpu_sys");
+    c = info_field(r->str, "total_commands_processed");
+    if (!u || !s || !c) {
+        snprintf(err, errlen, "INFO on %s:%d lacks used_cpu_user, used_cpu_sys or "
+                 "total_commands_processed", cfg->host, cfg->port);
+        freeReplyObject(r);
+        redisFree(rc);
+        return false;
+    }
+    out->cpu_user = strtod(u, NULL);
+    out->cpu_sys = strtod(s, NULL);
+    out->commands = strtoull(c, NULL, 10);
+    freeReplyObject(r);
+    redisFree(rc);
+    return true;
+}
+
+/* SET every key in [key_min, key_max] on a pipelined hiredis connection,
+ * PRELOAD_CHUNK commands per write. */
+static void preload(const config *cfg, const char *value)
+{
+    char err[512];
+    redisContext *rc = hiredis_connect(cfg, err, sizeof(err));
+    size_t plen = strlen(cfg->key_prefix);
+    char *key = malloc(plen + 21);
+    uint64_t k = cfg->key_min, total = cfg->key_max - cfg->key_min + 1;
+    uint64_t t0 = now_ns();
+    bool last = false;
+
+    if (!rc)
+        die_run("preload: %s", err);
+    if (!key)
+        die_run("preload: out of memory");
+    memcpy(key, cfg->key_prefix, plen);
+    fprintf(stderr, PROG ": preloading %" PRIu64 " keys of %zu bytes...\n", total,
+            cfg->data_size);
+    while (!last) {
+        unsigned n = 0, i;
+
+        for (; n < PRELOAD_CHUNK && !last; n++, k++) {
+            const char *argv[3] = {"SET", key, value};
+            size_t argvlen[3] = {3, 0, cfg->data_size};
+
+            argvlen[1] = plen + u64_to_dec(k, key + plen);
+            if (redisAppendCommandArgv(rc, 3, argv, argvlen) != REDIS_OK)
+                die_run("preload: out of memory");
+            if (k == cfg->key_max)
+                last = true;
+        }
+        for (i = 0; i < n; i++) {
+            void *vr = NULL;
+            redisReply *r;
+
+            if (redisGetReply(rc, &vr) != REDIS_OK)
+                die_run("preload: connection to %s:%d failed: %s", cfg->host, cfg->port,
+                        rc->errstr);
+            r = vr;
+            if (r->type == REDIS_REPLY_ERROR)
+                die_run("preload: SET failed: %s", r->str);
+            freeReplyObject(r);
+        }
+    }
+    fprintf(stderr, PROG ": preloaded in %.2f s\n", (double)(now_ns() - t0) / 1e9);
+    free(key);
+    redisFree(rc);
+}
+
+/* --------------------------------------------------------------- workers */
+
+static void note_error(worker *w, const char *fmt, ...) RCP_PRINTF(2, 3);
+static void note_error(worker *w, const char *fmt, ...)
+{
+    va_list ap;
+
+    w->errors++;
+    if (w->first_error[0])
+        return;
+    va_start(ap, fmt);
+    vsnprintf(w->first_error, sizeof(w->first_error), fmt, ap);
+    va_end(ap);
+}
+
+static bool request_rcpipe(worker *w, bool is_set, int argc, const char **argv,
+                           const size_t *argvlen)
+{
+    rcp_reply *r = rcp_conn_command_argv(w->b->conn, argc, argv, argvlen);
+    bool ok;
+
+    if (!r) { /* the API promises never NULL */
+        note_error(w, "rcp_conn_command_argv returned NULL");
+        return false;
+    }
+    if (r->type == RCP_REPLY_ERROR || rcp_reply_is_error(r)) {
+        note_error(w, "%s: error reply (%s): %.*s", argv[0], rcp_strerror(r->err),
+                   (int)(r->len > 200 ? 200 : r->len), r->str ? r->str : "");
+        ok = false;
+    } else if (is_set ? r->type != RCP_REPLY_STATUS
+                      : (r->type != RCP_REPLY_STRING && r->type != RCP_REPLY_NIL)) {
+        note_error(w, "%s: unexpected reply type %d", argv[0], r->type);
+        ok = false;
+    } else {
+        ok = true;
+    }
+    rcp_reply_free(r);
+    return ok;
+}
+
+static bool request_classic(worker *w, bool is_set, int argc, const char **argv,
+                            const size_t *argvlen)
+{
+    redisReply *r = redisCommandArgv(w->rc, argc, argv, argvlen);
+    bool ok;
+
+    if (!r) {
+        note_error(w, "%s: connection error: %s", argv[0], w->rc->errstr);
+        w->broken = true; /* a hiredis context is unusable after an I/O error */
+        return false;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        note_error(w, "%s: error reply: %.*s", argv[0], (int)(r->len > 200 ? 200 : r->len),
+                   r->str);
+        ok = false;
+    } else if (is_set ? r->type != REDIS_REPLY_STATUS
+                      : (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+        note_error(w, "%s: unexpected reply type %d", argv[0], r->type);
+        ok = false;
+    } else {
+        ok = true;
+    }
+    freeReplyObject(r);
+    return ok;
+}
+
+static void run_requests(worker *w)
+{
+    bench *b = w->b;
+    const config *cfg = b->cfg;
+    size_t plen = strlen(cfg->key_prefix);
+    char *key = malloc(plen + 21);
+    uint64_t rng = rng_seed(w->index);
+    uint64_t range = cfg->key_max - cfg->key_min + 1; /* key_max < UINT64_MAX */
+    uint64_t limit = cfg->requests, n = 0;
+    unsigned ratio_sum = cfg->ratio_set + cfg->ratio_get;
+    bool classic = cfg->client == CLIENT_CLASSIC;
+    const char *argv[3];
+    size_t argvlen[3];
+
+    if (!key) {
+        note_error(w, "out of memory");
+        return;
+    }
+    memcpy(key, cfg->key_prefix, plen);
+    argv[1] = key;
+    argv[2] = b->value;
+    argvlen[2] = cfg->data_size;
+
+    while (!atomic_load_explicit(&b->stop, memory_order_relaxed)) {
+        uint64_t keynum, t0, t1;
+        bool is_set;
+        int argc;
+
+        if (limit && n >= limit)
+            break;
+        keynum = cfg->key_min + rng_next(&rng) % range;
+        is_set = rng_next(&rng) % ratio_sum < cfg->ratio_set;
+        argvlen[1] = plen + u64_to_dec(keynum, key + plen);
+        if (is_set) {
+            argv[0] = "SET";
+            argvlen[0] = 3;
+            argc = 3;
+        } else {
+            argv[0] = "GET";
+            argvlen[0] = 3;
+            argc = 2;
+        }
+
+        t0 = now_ns();
+        if (classic)
+            request_classic(w, is_set, argc, argv, argvlen);
+        else
+            request_rcpipe(w, is_set, argc, argv, argvlen);
+        t1 = now_ns();
+
+        if (is_set) {
+            hist_record(&w->set_h, t1 - t0);
+            w->set_ops++;
+        } else {
+            hist_record(&w->get_h, t1 - t0);
+            w->get_ops++;
+        }
+        n++;
+        atomic_store_explicit(&w->done, n, memory_order_relaxed);
+        if (w->broken)
+            break;
+    }
+    free(key);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    bench *b = w->b;
+
+    if (b->cfg->client == CLIENT_CLASSIC) {
+        w->rc = hiredis_connect(b->cfg, w->first_error, sizeof(w->first_error));
+        if (!w->rc)
+            w->connect_failed = true;
+    }
+    pthread_barrier_wait(&b->ready); /* every connection is up */
+    pthread_barrier_wait(&b->go);    /* the "before" snapshot is taken */
+    if (!w->connect_failed && !atomic_load(&b->stop))
+        run_requests(w);
+    w->end_ns = now_ns();
+
+    pthread_mutex_lock(&b->mu);
+    b->finished++;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- report */
+
+typedef struct usage_snap {
+    double cpu_s;
+    uint64_t ctxsw;
+} usage_snap;
+
+static usage_snap usage_now(void)
+{
+    struct rusage ru;
+    usage_snap u;
+
+    getrusage(RUSAGE_SELF, &ru);
+    u.cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+              (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    u.ctxsw = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
+    return u;
+}
+
+typedef struct results {
+    uint64_t ops, set_ops, get_ops, errors;
+    double elapsed_s;
+    hist *all, *sets, *gets;
+    bool server_ok;
+    double server_cpu_us_per_op;
+    uint64_t server_commands;
+    double client_cpu_us_per_op;
+    double ctx_switches_per_op;
+    bool lib_ok; /* rcpipe stats available */
+    rcp_conn_stats lib;      /* deltas over the timed phase */
+    double futex_wakes_per_op, loop_wakes_per_op, commands_per_write, fast_path_fraction;
+    unsigned io_threads, batch_delay_us;
+    int fast_path;
+} results;
+
+static double ratio_or_nan(double num, double den)
+{
+    return den > 0 ? num / den : NAN;
+}
+
+static void print_row(const char *name, const hist *h, uint64_t ops, double elapsed)
+{
+    printf("%-8s %14.2f ", name, elapsed > 0 ? (double)ops / elapsed : 0.0);
+    if (h->count == 0) {
+        printf("%14s %14s %14s %14s\n", "---", "---", "---", "---");
+        return;
+    }
+    printf("%14.5f %14.5f %14.5f %14.5f\n", hist_mean(h) / 1e6,
+           (double)hist_percentile(h, 50.0) / 1e6, (double)hist_percentile(h, 99.0) / 1e6,
+           (double)hist_percentile(h, 99.9) / 1e6);
+}
+
+static void print_results(const config *cfg, const results *r)
+{
+    static const char rule[] =
+        "---------------------------------------------------------------------------";
+
+    printf("%s\n", rule);
+    printf("%-8s %14s %14s %14s %14s %14s\n", "Type", "Ops/sec", "Avg. Latency",
+           "p50 Latency", "p99 Latency", "p99.9 Latency");
+    printf("%-8s %14s %14s %14s %14s %14s\n", "", "", "(msec)", "(msec)", "(msec)", "(msec)");
+    printf("%s\n", rule);
+    print_row("Sets", r->sets, r->set_ops, r->elapsed_s);
+    print_row("Gets", r->gets, r->get_ops, r->elapsed_s);
+    print_row("Totals", r->all, r->ops, r->elapsed_s);
+    printf("%s\n", rule);
+    if (cfg->client == CLIENT_RCPIPE)
+        printf("client               rcpipe, %u threads on one connection "
+               "(io-threads %u, batch-delay-us %u, fast-path %s)\n",
+               cfg->threads, r->io_threads, r->batch_delay_us, r->fast_path ? "on" : "off");
+    else
+        printf("client               classic, %u threads, a hiredis connection each\n",
+               cfg->threads);
+    printf("requests             %" PRIu64 " in %.3f s, errors %" PRIu64 "\n", r->ops,
+           r->elapsed_s, r->errors);
+    if (r->server_ok)
+        printf("server CPU           %.3f us/op (%" PRIu64 " commands)\n",
+               r->server_cpu_us_per_op, r->server_commands);
+    else
+        printf("server CPU           n/a (INFO failed)\n");
+    printf("client CPU           %.3f us/op\n", r->client_cpu_us_per_op);
+    printf("ctx switches         %.3f /op\n", r->ctx_switches_per_op);
+    if (r->lib_ok) {
+        printf("futex wakes          %.3f /op\n", r->futex_wakes_per_op);
+        printf("loop wakes           %.3f /op\n", r->loop_wakes_per_op);
+        printf("commands/write       %.2f (%" PRIu64 " batches, %" PRIu64 " send calls)\n",
+               r->commands_per_write, r->lib.batches, r->lib.write_calls);
+        printf("fast path            %.1f%% of requests\n", 100.0 * r->fast_path_fraction);
+    }
+}
+
+static void json_num(FILE *f, const char *key, double v, bool last)
+{
+    if (isfinite(v))
+        fprintf(f, "  \"%s\": %.6g%s\n", key, v, last ? "" : ",");
+    else
+        fprintf(f, "  \"%s\": null%s\n", key, last ? "" : ",");
+}
+
+static void json_u64(FILE *f, const char *key, uint64_t v)
+{
+    fprintf(f, "  \"%s\": %" PRIu64 ",\n", key, v);
+}
+
+static void json_latency(FILE *f, const char *key, const hist *h, uint64_t ops, double elapsed)
+{
+    fprintf(f, "  \"%s\": {\"ops\": %" PRIu64 ", \"ops_per_sec\": %.6g", key, ops,
+            elapsed > 0 ? (double)ops / elapsed : 0.0);
+    if (h->count)
+        fprintf(f, ", \"avg_us\": %.6g, \"p50_us\": %.6g, \"p99_us\": %.6g, \"p999_us\": %.6g",
+                hist_mean(h) / 1e3, (double)hist_percentile(h, 50.0) / 1e3,
+                (double)hist_percentile(h, 99.0) / 1e3, (double)hist_percentile(h, 99.9) / 1e3);
+    else
+        fprintf(f, ", \"avg_us\": null, \"p50_us\": null, \"p99_us\": null, \"p999_us\": null");
+    fprintf(f, "},\n");
+}
+
+static bool write_json(const config *cfg, const results *r)
+{
+    FILE *f = fopen(cfg->json_out, "w");
+    const hist *h = r->all;
+    bool any = h->count > 0;
+    bool ok;
+
+    if (!f) {
+        fprintf(stderr, PROG ": cannot write %s: %s\n", cfg->json_out, strerror(errno));
+        return false;
+    }
+    fprintf(f, "{\n");
+    fprintf(f, "  \"client\": \"%s\",\n", cfg->client == CLIENT_RCPIPE ? "rcpipe" : "classic");
+    fprintf(f, "  \"threads\": %u,\n", cfg->threads);
+    json_num(f, "ops_per_sec", r->elapsed_s > 0 ? (double)r->ops / r->elapsed_s : NAN, false);
+    json_num(f, "avg_us", any ? hist_mean(h) / 1e3 : NAN, false);
+    json_num(f, "p50_us", any ? (double)hist_percentile(h, 50.0) / 1e3 : NAN, false);
+    json_num(f, "p99_us", any ? (double)hist_percentile(h, 99.0) / 1e3 : NAN, false);
+    json_num(f, "p999_us", any ? (double)hist_percentile(h, 99.9) / 1e3 : NAN, false);
+    json_num(f, "max_us", any ? (double)h->max_ns / 1e3 : NAN, false);
+    json_num(f, "server_cpu_us_per_op", r->server_ok ? r->server_cpu_us_per_op : NAN, false);
+    json_num(f, "client_cpu_us_per_op", r->client_cpu_us_per_op, false);
+    json_num(f, "ctx_switches_per_op", r->ctx_switches_per_op, false);
+    json_num(f, "futex_wakes_per_op", r->lib_ok ? r->futex_wakes_per_op : NAN, false);
+    json_num(f, "loop_wakes_per_op", r->lib_ok ? r->loop_wakes_per_op : NAN, false);
+    json_num(f, "commands_per_write", r->lib_ok ? r->commands_per_write : NAN, false);
+    json_num(f, "fast_path_fraction", r->lib_ok ? r->fast_path_fraction : NAN, false);
+    json_num(f, "write_calls_per_op",
+             r->lib_ok ? ratio_or_nan((double)r->lib.write_calls, (double)r->ops) : NAN, false);
+    json_num(f, "read_calls_per_op",
+             r->lib_ok ? ratio_or_nan((double)r->lib.read_calls, (double)r->ops) : NAN, false);
+    fprintf(f, "  \"data_size\": %zu,\n", cfg->data_size);
+    fprintf(f, "  \"ratio\": \"%u:%u\",\n", cfg->ratio_set, cfg->ratio_get);
+    json_num(f, "test_time_s", r->elapsed_s, false);
+    if (cfg->requests)
+        fprintf(f, "  \"requested_test_time_s\": null,\n");
+    else
+        json_num(f, "requested_test_time_s", cfg->test_time_s, false);
+    json_u64(f, "requests_per_thread", cfg->requests);
+    json_u64(f, "key_minimum", cfg->key_min);
+    json_u64(f, "key_maximum", cfg->key_max);
+    if (cfg->client == CLIENT_RCPIPE) {
+        fprintf(f, "  \"io_threads\": %u,\n", r->io_threads);
+        fprintf(f, "  \"batch_delay_us\": %u,\n", r->batch_delay_us);
+        fprintf(f, "  \"fast_path\": %s,\n", r->fast_path ? "true" : "false");
+    }
+    json_latency(f, "sets", r->sets, r->set_ops, r->elapsed_s);
+    json_latency(f, "gets", r->gets, r->get_ops, r->elapsed_s);
+    json_u64(f, "errors", r->errors);
+    fprintf(f, "  \"ops\": %" PRIu64 "\n", r->ops);
+    fprintf(f, "}\n");
+    ok = !ferror(f);
+    if (fclose(f) != 0)
+        ok = false;
+    if (!ok)
+        fprintf(stderr, PROG ": error writing %s\n", cfg->json_out);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ main */
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static uint64_t total_done(const bench *b)
+{
+    uint64_t s = 0;
+    unsigned i;
+
+    for (i = 0; i < b->cfg->threads; i++)
+        s += atomic_load_explicit(&b->workers[i].done, memory_order_relaxed);
+    return s;
+}
+
+static void progress_line(const bench *b, uint64_t start, uint64_t now, uint64_t done,
+                          uint64_t last_done, uint64_t last_t, bool tty)
+{
+    const config *cfg = b->cfg;
+    double el = (double)(now - start) / 1e9;
+    double dt = (double)(now - last_t) / 1e9;
+    double pct = cfg->requests
+                     ? 100.0 * (double)done / ((double)cfg->requests * cfg->threads)
+                     : 100.0 * el / cfg->test_time_s;
+
+    if (pct > 100.0)
+        pct = 100.0;
+    fprintf(stderr, "%s[RUN %3.0f%%, %4.0f secs] %u threads: %12" PRIu64
+            " ops, %10.0f (avg: %10.0f) ops/sec%s",
+            tty ? "\r" : "", pct, el, cfg->threads, done,
+            dt > 0 ? (double)(done - last_done) / dt : 0.0, el > 0 ? (double)done / el : 0.0,
+            tty ? "" : "\n");
+    fflush(stderr);
+}
+
+/* Waits for the workers, stops them at the deadline, prints progress.
+ * Returns false if the run hung: no request at all completed for
+ * STOP_GRACE_S, or some thread did not come back from its request within
+ * STOP_GRACE_S after the stop. */
+static bool supervise(bench *b, uint64_t start)
+{
+    const config *cfg = b->cfg;
+    bool tty = isatty(STDERR_FILENO);
+    uint64_t deadline = cfg->requests ? UINT64_MAX
+                                      : start + (uint64_t)(cfg->test_time_s * 1e9);
+    uint64_t next_tick = start + 1000000000u, last_t = start, last_done = 0;
+    uint64_t stopped_at = 0, seen_done = 0, seen_at = start;
+    bool printed = false, hung = false;
+
+    pthread_mutex_lock(&b->mu);
+    while (b->finished < cfg->threads) {
+        uint64_t wake = next_tick, now;
+        struct timespec ts;
+
+        if (!atomic_load(&b->stop) && deadline < wake)
+            wake = deadline;
+        ts = ns_to_timespec(wake);
+        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+        now = now_ns();
+        if (!atomic_load(&b->stop) && (now >= deadline || interrupted)) {
+            if (interrupted)
+                fprintf(stderr, "%s" PROG ": interrupted, stopping\n", printed && tty ? "\n" : "");
+            atomic_store(&b->stop, true);
+        }
+        if (atomic_load(&b->stop)) {
+            if (!stopped_at)
+                stopped_at = now;
+            else if (now - stopped_at >= STOP_GRACE_S * 1000000000ull) {
+                hang_reason = "did not return after the end of the run";
+                hung = true;
+                break;
+            }
+        }
+        {
+            uint64_t d = total_done(b);
+
+            if (d != seen_done) {
+                seen_done = d;
+                seen_at = now;
+            } else if (now - seen_at >= STOP_GRACE_S * 1000000000ull &&
+                       b->finished < cfg->threads) {
+                hang_reason = "completed no request at all";
+                hung = true;
+                break;
+            }
+        }
+        if (now >= next_tick) {
+            if (cfg->progress && b->finished < cfg->threads) {
+                uint64_t done = total_done(b);
+
+                pthread_mutex_unlock(&b->mu);
+                progress_line(b, start, now, done, last_done, last_t, tty);
+                pthread_mutex_lock(&b->mu);
+                printed = true;
+                last_done = done;
+                last_t = now;
+            }
+            while (next_tick <= now)
+                next_tick += 1000000000u;
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (printed && tty)
+        fputc('\n', stderr);
+    return !hung;
+}
+
+/* Some threads are stuck inside a request: say what we know and leave
+ * without joining them or closing the connection (either would hang). */
+static _Noreturn void report_hang(bench *b)
+{
+    const config *cfg = b->cfg;
+    unsigned i, stuck = 0;
+
+    pthread_mutex_lock(&b->mu);
+    stuck = cfg->threads - b->finished;
+    pthread_mutex_unlock(&b->mu);
+    fprintf(stderr, PROG ": %u of %u threads stuck inside a request (they %s for %d s); "
+            "giving up (%s hang?)\n", stuck, cfg->threads, hang_reason, STOP_GRACE_S,
+            cfg->client == CLIENT_RCPIPE ? "library" : "server");
+    fprintf(stderr, PROG ": %" PRIu64 " requests completed in all\n", total_done(b));
+    if (b->conn) {
+        rcp_conn_stats st;
+
+        alarm(5); /* in case reading the counters hangs too */
+        if (rcp_conn_get_stats(b->conn, &st) == RCP_OK)
+            fprintf(stderr, PROG ": rcpipe counters since open: requests %" PRIu64
+                    ", replies %" PRIu64 ", batches %" PRIu64 ", commands_written %" PRIu64
+                    ", write_calls %" PRIu64 ", read_calls %" PRIu64 ", timeouts %" PRIu64
+                    ", disconnects %" PRIu64 ", fast_path %" PRIu64 ", futex_wakes %" PRIu64
+                    ", loop_wakes %" PRIu64 "\n",
+                    st.requests, st.replies, st.batches, st.commands_written, st.write_calls,
+                    st.read_calls, st.timeouts, st.disconnects, st.fast_path, st.futex_wakes,
+                    st.loop_wakes);
+    }
+    for (i = 0; i < cfg->threads; i++)
+        if (b->workers[i].first_error[0]) {
+            fprintf(stderr, PROG ": thread %u, first error: %s\n", i, b->workers[i].first_error);
+            break;
+        }
+    fflush(stderr);
+    _exit(EXIT_RUN_FAILED);
+}
+
+int main(int argc, char **argv)
+{
+    config cfg;
+    bench b;
+    results res;
+    hist all, sets, gets;
+    server_info si0, si1;
+    usage_snap u0, u1;
+    rcp_conn_stats st0, st1;
+    rcp_conn_options o;
+    pthread_condattr_t ca;
+    pthread_attr_t ta;
+    char err[512];
+    uint64_t start, end;
+    unsigned i, started = 0, connect_failures = 0, printed_errors = 0;
+    bool json_ok = true, stats_ok = true;
+    struct sigaction sa;
+
+    parse_args(&cfg, argc, argv);
+
+    signal(SIGPIPE, SIG_IGN); /* hiredis writes with plain write() */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND; /* a second signal kills at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    memset(&b, 0, sizeof(b));
+    memset(&res, 0, sizeof(res));
+    memset(&st0, 0, sizeof(st0));
+    memset(&st1, 0, sizeof(st1));
+    b.cfg = &cfg;
+    atomic_init(&b.stop, false);
+    b.value = malloc(cfg.data_size + 1);
+    if (!b.value)
+        die_run("out of memory");
+    for (i = 0; i < cfg.data_size; i++)
+        b.value[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[i % 36];
+    b.value[cfg.data_size] = '\0';
+
+    /* Fail early and clearly if the server is not there. */
+    if (!server_info_read(&cfg, &si0, err, sizeof(err)))
+        die_run("%s", err);
+    if (cfg.preload)
+        preload(&cfg, b.value);
+
+    if (cfg.client == CLIENT_RCPIPE) {
+        rcp_conn_options_init(&o);
+        o.host = cfg.host;
+        o.port = cfg.port;
+        o.username = cfg.user;
+        o.password = cfg.password;
+        if (cfg.io_threads_set)
+            o.io_threads = cfg.io_threads;
+        if (cfg.batch_delay_set)
+            o.batch_delay_us = cfg.batch_delay_us;
+        if (cfg.no_fast_path)
+            o.fast_path = 0;
+        res.io_threads = o.io_threads;
+        res.batch_delay_us = o.batch_delay_us;
+        res.fast_path = o.fast_path;
+        err[0] = '\0';
+        {
+            int rc = rcp_conn_open(&o, &b.conn, err, sizeof(err));
+
+            if (rc != RCP_OK) {
+                if (err[0])
+                    die_run("rcp_conn_open: %s (%s)", err, rcp_strerror(rc));
+                die_run("rcp_conn_open %s:%d: %s", cfg.host, cfg.port, rcp_strerror(rc));
+            }
+            if (!b.conn)
+                die_run("rcp_conn_open returned RCP_OK without a handle");
+        }
+    }
+
+    b.workers = calloc(cfg.threads, sizeof(*b.workers));
+    if (!b.workers)
+        die_run("out of memory");
+    if (pthread_barrier_init(&b.ready, NULL, cfg.threads + 1) != 0 ||
+        pthread_barrier_init(&b.go, NULL, cfg.threads + 1) != 0)
+        die_run("pthread_barrier_init failed");
+    pthread_mutex_init(&b.mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b.cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    /* Workers need little stack; keep 4096 of them cheap. */
+    pthread_attr_init(&ta);
+    pthread_attr_setstacksize(&ta, 512 * 1024);
+    for (i = 0; i < cfg.threads; i++) {
+        worker *w = &b.workers[i];
+        int rc;
+
+        w->b = &b;
+        w->index = i;
+        atomic_init(&w->done, 0);
+        hist_init(&w->set_h);
+        hist_init(&w->get_h);
+        rc = pthread_create(&w->tid, &ta, worker_main, w);
+        if (rc != 0)
+            /* The barriers count on every thread: no clean way back. */
+            die_run("cannot start thread %u of %u: %s", i + 1, cfg.threads, strerror(rc));
+        started++;
+    }
+    pthread_attr_destroy(&ta);
+
+    pthread_barrier_wait(&b.ready);
+    for (i = 0; i < cfg.threads; i++)
+        if (b.workers[i].connect_failed)
+            connect_failures++;
+    if (connect_failures)
+        atomic_store(&b.stop, true);
+
+    /* "Before" snapshot: the workers are all parked on the go barrier. */
+    if (!connect_failures && !server_info_read(&cfg, &si0, err, sizeof(err))) {
+        fprintf(stderr, PROG ": %s\n", err);
+        atomic_store(&b.stop, true);
+        connect_failures = 1;
+    }
+    if (b.conn && rcp_conn_get_stats(b.conn, &st0) != RCP_OK)
+        stats_ok = false;
+    u0 = usage_now();
+    start = now_ns();
+    pthread_barrier_wait(&b.go);
+
+    if (!supervise(&b, start))
+        report_hang(&b);
+    end = start;
+    for (i = 0; i < started; i++) {
+        pthread_join(b.workers[i].tid, NULL);
+        if (b.workers[i].end_ns > end)
+            end = b.workers[i].end_ns;
+    }
+
+    if (connect_failures) {
+        for (i = 0; i < cfg.threads; i++)
+            if (b.workers[i].connect_failed) {
+                fprintf(stderr, PROG ": classic client, thread %u: %s\n", i,
+                        b.workers[i].first_error);
+                break;
+            }
+        for (i = 0; i < cfg.threads; i++)
+            if (b.workers[i].rc)
+                redisFree(b.workers[i].rc);
+        rcp_conn_close(b.conn);
+        die_run("%u of %u threads could not start their run", connect_failures, cfg.threads);
+    }
+
+    /* "After" snapshot. */
+    u1 = usage_now();
+    if (b.conn && rcp_conn_get_stats(b.conn, &st1) != RCP_OK)
+        stats_ok = false;
+    res.server_ok = server_info_read(&cfg, &si1, err, sizeof(err));
+    if (!res.server_ok)
+        fprintf(stderr, PROG ": after the run: %s\n", err);
+
+    hist_init(&all);
+    hist_init(&sets);
+    hist_init(&gets);
+    for (i = 0; i < cfg.threads; i++) {
+        worker *w = &b.workers[i];
+
+        hist_merge(&sets, &w->set_h);
+        hist_merge(&gets, &w->get_h);
+        res.set_ops += w->set_ops;
+        res.get_ops += w->get_ops;
+        res.errors += w->errors;
+        if (w->first_error[0] && printed_errors < 5) {
+            fprintf(stderr, PROG ": thread %u: %" PRIu64 " errors, first: %s\n", i, w->errors,
+                    w->first_error);
+            printed_errors++;
+        }
+    }
+    hist_merge(&all, &sets);
+    hist_merge(&all, &gets);
+    res.all = &all;
+    res.sets = &sets;
+    res.gets = &gets;
+    res.ops = res.set_ops + res.get_ops;
+    res.elapsed_s = (double)(end - start) / 1e9;
+    if (res.server_ok) {
+        res.server_commands = si1.commands - si0.commands;
+        res.server_cpu_us_per_op =
+            ratio_or_nan(((si1.cpu_user + si1.cpu_sys) - (si0.cpu_user + si0.cpu_sys)) * 1e6,
+                         (double)res.server_commands);
+    }
+    res.client_cpu_us_per_op = ratio_or_nan((u1.cpu_s - u0.cpu_s) * 1e6, (double)res.ops);
+    res.ctx_switches_per_op = ratio_or_nan((double)(u1.ctxsw - u0.ctxsw), (double)res.ops);
+    if (b.conn && !stats_ok)
+        fprintf(stderr, PROG ": rcp_conn_get_stats failed: library counters not reported\n");
+    if (b.conn && stats_ok) {
+        res.lib_ok = true;
+        res.lib.requests = st1.requests - st0.requests;
+        res.lib.replies = st1.replies - st0.replies;
+        res.lib.batches = st1.batches - st0.batches;
+        res.lib.commands_written = st1.commands_written - st0.commands_written;
+        res.lib.write_calls = st1.write_calls - st0.write_calls;
+        res.lib.read_calls = st1.read_calls - st0.read_calls;
+        res.lib.fast_path = st1.fast_path - st0.fast_path;
+        res.lib.futex_wakes = st1.futex_wakes - st0.futex_wakes;
+        res.lib.loop_wakes = st1.loop_wakes - st0.loop_wakes;
+        res.futex_wakes_per_op = ratio_or_nan((double)res.lib.futex_wakes, (double)res.ops);
+        res.loop_wakes_per_op = ratio_or_nan((double)res.lib.loop_wakes, (double)res.ops);
+        res.commands_per_write =
+            ratio_or_nan((double)res.lib.commands_written, (double)res.lib.batches);
+        res.fast_path_fraction =
+            ratio_or_nan((double)res.lib.fast_path, (double)res.lib.requests);
+        if (res.lib.requests != res.ops)
+            fprintf(stderr, PROG ": note: the library counted %" PRIu64
+                    " requests for %" PRIu64 " calls\n", res.lib.requests, res.ops);
+    }
+
+    print_results(&cfg, &res);
+    fflush(stdout);
+    if (cfg.json_out)
+        json_ok = write_json(&cfg, &res);
+
+    for (i = 0; i < cfg.threads; i++)
+        if (b.workers[i].rc)
+            redisFree(b.workers[i].rc);
+    rcp_conn_close(b.conn);
+    pthread_barrier_destroy(&b.ready);
+    pthread_barrier_destroy(&b.go);
+    pthread_cond_destroy(&b.cv);
+    pthread_mutex_destroy(&b.mu);
+    free(b.workers);
+    free(b.value);
+    free(cfg.host);
+
+    if (res.errors) {
+        fprintf(stderr, PROG ": %" PRIu64 " of %" PRIu64 " requests failed\n", res.errors,
+                res.ops);
+        return EXIT_RUN_FAILED;
+    }
+    if (interrupted || !json_ok || !res.server_ok)
+        return EXIT_RUN_FAILED;
+    return 0;
+}
