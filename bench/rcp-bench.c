@@ -36,6 +36,12 @@
 
 #include "hist.h"
 
+#if defined(__GNUC__)
+#define BENCH_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define BENCH_PRINTF(f, a)
+#endif
+
 #define PROG "rcp-bench"
 #define EXIT_RUN_FAILED 1
 #define EXIT_BAD_USAGE 2
@@ -112,7 +118,7 @@ static const char *hang_reason; /* set by supervise when the run hung */
 
 /* ------------------------------------------------------------------ util */
 
-static _Noreturn void die_usage(const char *fmt, ...) RCP_PRINTF(1, 2);
+static _Noreturn void die_usage(const char *fmt, ...) BENCH_PRINTF(1, 2);
 static _Noreturn void die_usage(const char *fmt, ...)
 {
     va_list ap;
@@ -125,7 +131,7 @@ static _Noreturn void die_usage(const char *fmt, ...)
     exit(EXIT_BAD_USAGE);
 }
 
-static _Noreturn void die_run(const char *fmt, ...) RCP_PRINTF(1, 2);
+static _Noreturn void die_run(const char *fmt, ...) BENCH_PRINTF(1, 2);
 static _Noreturn void die_run(const char *fmt, ...)
 {
     va_list ap;
@@ -580,7 +586,7 @@ static void preload(const config *cfg, const char *value)
 
 /* --------------------------------------------------------------- workers */
 
-static void note_error(worker *w, const char *fmt, ...) RCP_PRINTF(2, 3);
+static void note_error(worker *w, const char *fmt, ...) BENCH_PRINTF(2, 3);
 static void note_error(worker *w, const char *fmt, ...)
 {
     va_list ap;

@@ -19,6 +19,8 @@ extern "C" {
 #define RCP_API
 #endif
 
+/* printf-format checking for functions that take plain printf formats
+ * (not the %b-style command formats, which compilers cannot check). */
 #if defined(__GNUC__)
 #define RCP_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
 #else

@@ -120,7 +120,7 @@ RCP_API int rcp_conn_send_argv(rcp_conn *c, rcp_future *f, int argc, const char 
 /* Async send with a hiredis-style format: %s a C string, %b a binary
  * (pointer, size_t) pair, %% a percent; other printf conversions format one
  * argument each. Same contract as rcp_conn_send_argv. */
-RCP_API int rcp_conn_send(rcp_conn *c, rcp_future *f, const char *fmt, ...) RCP_PRINTF(3, 4);
+RCP_API int rcp_conn_send(rcp_conn *c, rcp_future *f, const char *fmt, ...);
 RCP_API int rcp_conn_sendv(rcp_conn *c, rcp_future *f, const char *fmt, va_list ap);
 
 /* Sync calls: send and wait. Always return a reply the caller frees with
@@ -128,7 +128,7 @@ RCP_API int rcp_conn_sendv(rcp_conn *c, rcp_future *f, const char *fmt, va_list 
  * with their code in reply->err. */
 RCP_API rcp_reply *rcp_conn_command_argv(rcp_conn *c, int argc, const char **argv,
                                          const size_t *argvlen);
-RCP_API rcp_reply *rcp_conn_command(rcp_conn *c, const char *fmt, ...) RCP_PRINTF(2, 3);
+RCP_API rcp_reply *rcp_conn_command(rcp_conn *c, const char *fmt, ...);
 RCP_API rcp_reply *rcp_conn_commandv(rcp_conn *c, const char *fmt, va_list ap);
 
 /* Counters since open, read without stopping traffic (each field is exact,

@@ -29,7 +29,7 @@ shift || true
 case "$cmd" in
 start)
     dir=$(mktemp -d -t rcpipe-redis.XXXXXX)
-    for attempt in 1 2 3 4 5; do
+    for _ in 1 2 3 4 5; do
         port=$(free_port)
         "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" --dir "$dir" \
             --save '' --appendonly no --daemonize no \
