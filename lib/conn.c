@@ -246,7 +246,7 @@ static void conn_fail(struct rcp_conn *c, int code, const char *cause)
         redisReaderFree(c->reader);
         c->reader = rcp__reader_new();
     }
-    if (was_state == RCP__ST_READY || was_state == RCP__ST_HANDSHAKE)
+    if (was_state == RCP__ST_READY)
         stat_add(&c->st.disconnects, 1);
     if (closing) {
         c->state = RCP__ST_CLOSED;
@@ -276,7 +276,9 @@ static void conn_fail(struct rcp_conn *c, int code, const char *cause)
         else
             resolve_error(f, unsent_code, unsent_msg);
     }
-    if (was_state == RCP__ST_READY || was_state == RCP__ST_HANDSHAKE)
+    /* A refused handshake is a failed connect attempt, not the loss of a
+     * ready connection. */
+    if (was_state == RCP__ST_READY)
         emit(c, RCP_EVENT_DISCONNECTED, code, cause);
     else if (code != RCP_ERR_CLOSED)
         emit(c, RCP_EVENT_CONNECT_FAILED, code, cause);
