@@ -36,7 +36,10 @@ typedef void (*rcp_resolve_fn)(rcp_future *f, rcp_reply *reply);
 struct rcp_future {
     rcp_resolve_fn resolve;
     void *data;       /* yours */
-    int timeout_ms;   /* 0: the connection's request_timeout_ms; <0: no deadline */
+    int timeout_ms;   /* 0: the connection's request_timeout_ms; <0: no deadline.
+                       * A request that timed out keeps its place in flight
+                       * (counted by max_inflight) until its late reply is
+                       * read and dropped, or the connection is dropped. */
     int rcp__pad;     /* internal: do not touch */
     void *rcp__reserved[2];
 };

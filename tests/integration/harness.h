@@ -1,0 +1,105 @@
+/* harness.h: start, signal and stop real redis-server processes for the
+ * integration tests, plus small helpers the test programs share.
+ *
+ * Every server runs on 127.0.0.1 in its own temporary directory (under one
+ * per-program base directory) with persistence off. Signals only ever go to
+ * a pid this harness started. A server left behind by a failing or crashing
+ * test is killed three ways: the checked fixture teardown, an atexit handler,
+ * and PR_SET_PDEATHSIG (the server dies with the test process even when it
+ * is killed or calls _exit).
+ *
+ * The server functions are not thread-safe: call them from the thread that
+ * runs the test function (PR_SET_PDEATHSIG fires when the *thread* that
+ * forked the server exits, so it must be the long-lived main thread). */
+#ifndef RCPIT_HARNESS_H
+#define RCPIT_HARNESS_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "rcpipe.h"
+
+#define RCPT_MAX_EXTRA_ARGS 32
+
+typedef struct rcpt_server {
+    pid_t pid;        /* > 0 while running (or paused); 0 after kill/stop */
+    int port;         /* kept across kill/restart */
+    int paused;       /* SIGSTOPped by rcpt_server_pause */
+    int slot;         /* internal: registry slot, -1 when none */
+    char dir[PATH_MAX];
+    int nargs;
+    char *args[RCPT_MAX_EXTRA_ARGS]; /* extra redis-server arguments, copied */
+} rcpt_server;
+
+/* Call once from main() before running the suite. Checks that the
+ * redis-server binary is there (RCP_REDIS_SERVER, or redis-server in PATH
+ * when that variable is unset) and creates the base temporary directory,
+ * removed when the program exits. Returns 0, or -1 with a message in err. */
+int rcpt_init(char *err, size_t errlen);
+
+/* Path of the redis-server binary in use ("" if none). */
+const char *rcpt_server_path(void);
+
+/* Starts a server on a free port. extra_args is NULL or a NULL-terminated
+ * list appended to the command line (e.g. "--requirepass", "pw"). Waits
+ * until it answers PING (or refuses it for lack of AUTH). Returns 0, or -1
+ * with a message (including the server's log tail) in err. */
+int rcpt_server_start(rcpt_server *s, const char *const *extra_args, char *err, size_t errlen);
+
+/* kill -9 and reap; the port, directory and arguments are kept. */
+int rcpt_server_kill(rcpt_server *s);
+
+/* After rcpt_server_kill: starts the server again on the same port with the
+ * same arguments and waits until it answers. */
+int rcpt_server_restart(rcpt_server *s, char *err, size_t errlen);
+
+/* SIGSTOP / SIGCONT; both return only once the state change is observed
+ * (waitpid WUNTRACED / WCONTINUED), so a paused server answers nothing. */
+int rcpt_server_pause(rcpt_server *s);
+int rcpt_server_resume(rcpt_server *s);
+
+/* SIGTERM (plus SIGCONT if paused), SIGKILL after a grace period, reap, and
+ * remove the directory (kept if RCP_IT_KEEP is set). Idempotent. */
+void rcpt_server_stop(rcpt_server *s);
+
+/* 1 if something on 127.0.0.1:port answers a RESP PING within timeout_ms
+ * (PONG, or a NOAUTH refusal), else 0. */
+int rcpt_ping(int port, int timeout_ms);
+
+/* Monotonic milliseconds. */
+int64_t rcpt_now_ms(void);
+void rcpt_sleep_ms(int ms);
+
+/* 1 when built with AddressSanitizer or ThreadSanitizer: tests use fewer
+ * iterations there (not looser checks). */
+int rcpt_sanitized(void);
+
+/* Test selection for debugging: RCP_IT_ONLY="name1,name2" runs only the
+ * test functions whose names contain one of those words; unset runs all. */
+int rcpt_selected(const char *test_name);
+#define RCPT_ADD_TEST(tc, fn)                                                                     \
+    do {                                                                                          \
+        if (rcpt_selected(#fn))                                                                   \
+            tcase_add_test((tc), fn);                                                             \
+    } while (0)
+
+/* A check tcase timeout: base seconds, tripled under a sanitizer. */
+int rcpt_timeout_s(int base);
+
+/* rcp_conn_options_init plus host 127.0.0.1 and the server's port. */
+void rcpt_options(rcp_conn_options *o, const rcpt_server *s);
+
+/* A short human-readable description of a reply for assertion messages. */
+const char *rcpt_describe(const rcp_reply *r, char *buf, size_t buflen);
+
+/* Reply predicates: 1 if r is exactly that, else 0 (NULL-safe). */
+int rcpt_is_string(const rcp_reply *r, const char *s, size_t len);
+int rcpt_is_cstring(const rcp_reply *r, const char *s);
+int rcpt_is_status(const rcp_reply *r, const char *s);
+int rcpt_is_int(const rcp_reply *r, long long v);
+int rcpt_is_nil(const rcp_reply *r);
+int rcpt_is_client_error(const rcp_reply *r, int err);
+
+#endif
