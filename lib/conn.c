@@ -1496,6 +1496,17 @@ static rcp_reply *fast_io(struct rcp_conn *c, uint64_t idx, const char *buf,
         c->last_read_ns = rcp__now_ns();
         c->fast_active = 0;
         ring = c->taken < c->tail && want_loop(c);
+        if (c->reader->pos < c->reader->len) {
+            /* More bytes than our one reply: the server answered something
+             * nobody asked. Ours came first; the connection is not to be
+             * trusted any more. */
+            c->need_close = 1;
+            c->close_code = RCP_ERR_PROTOCOL;
+            snprintf(c->close_msg, sizeof c->close_msg,
+                     "protocol error: a reply arrived with no request waiting for it");
+            c->wake_pending = 1;
+            ring = 1;
+        }
         pthread_mutex_unlock(&c->mu);
         if (ring)
             ring_loop(c);
@@ -1547,7 +1558,7 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
     deadline = deadline_for(c, &s->f, now);
     pthread_mutex_lock(&c->mu);
     if (c->state != RCP__ST_READY || c->closing || c->fast_active || c->loop_io ||
-        c->head != c->tail || c->fd < 0) {
+        c->need_close || c->need_read || c->head != c->tail || c->fd < 0) {
         pthread_mutex_unlock(&c->mu);
         if (buf != stackbuf)
             rcp__free(buf);

@@ -373,6 +373,57 @@ START_TEST(reply_without_request_is_never_handed_to_a_caller)
 }
 END_TEST
 
+static void *script_double_reply(void *arg)
+{
+    (void)arg;
+    fake_accept(&srv);
+    if (fake_read(&srv, 1) == 1)
+        fake_send(&srv, "+R1\r\n+EXTRA\r\n"); /* two answers to one question */
+    fake_read(&srv, 1000);                     /* until the client drops us */
+    fake_close_client(&srv);
+    fake_accept(&srv);
+    while (fake_read(&srv, 1) == 1)
+        fake_send(&srv, "+FRESH\r\n");
+    return NULL;
+}
+
+START_TEST(more_replies_than_requests_closes_the_connection)
+{
+    rcp_conn_options o;
+    rcp_conn *c;
+    pthread_t t;
+    const char *ping[] = {"PING"};
+    rcp_reply *r;
+    rcp_conn_stats st;
+    int i, fresh = 0;
+
+    fake_listen(&srv);
+    pthread_create(&t, NULL, script_double_reply, NULL);
+    rcp_conn_options_init(&o);
+    c = open_to(&srv, &o);
+    r = rcp_conn_command_argv(c, 1, ping, NULL);
+    ck_assert_str_eq(r->str, "R1");
+    rcp_reply_free(r);
+    for (i = 0; i < 300 && !fresh; i++) {
+        r = rcp_conn_command_argv(c, 1, ping, NULL);
+        if (r->type == RCP_REPLY_STATUS) {
+            ck_assert_str_eq(r->str, "FRESH"); /* never EXTRA */
+            fresh = 1;
+        } else {
+            sleep_ms(10);
+        }
+        rcp_reply_free(r);
+    }
+    ck_assert(fresh);
+    rcp_conn_get_stats(c, &st);
+    ck_assert_uint_eq(st.disconnects, 1);
+    rcp_conn_close(c);
+    pthread_join(t, NULL);
+    close(srv.lfd);
+    fake_close_client(&srv);
+}
+END_TEST
+
 START_TEST(caller_errors_never_call_back)
 {
     rcp_conn_options o;
@@ -409,6 +460,7 @@ int main(void)
     tcase_add_test(tc, written_get_io_unwritten_get_not_sent);
     tcase_add_test(tc, timeout_discards_late_reply_then_protocol_error);
     tcase_add_test(tc, reply_without_request_is_never_handed_to_a_caller);
+    tcase_add_test(tc, more_replies_than_requests_closes_the_connection);
     tcase_add_test(tc, caller_errors_never_call_back);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
