@@ -24,9 +24,33 @@ run() {
     fi
 }
 
+# Count results from meson's JSON logs, whatever happens, and print the
+# plain closing line.
+summary() {
+    python3 - "$@" <<'PY'
+import json, sys
+ok = bad = 0
+for path in sys.argv[1:]:
+    try:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line).get("result")
+                if r in ("OK", "EXPECTEDFAIL"):
+                    ok += 1
+                else:
+                    bad += 1
+    except FileNotFoundError:
+        pass
+print(f"tests: {ok} passed, {bad} failed")
+PY
+}
+logs=(build-ci/meson-logs/testlog.json build-asan/meson-logs/testlog-asan.json
+      build-tsan/meson-logs/testlog-tsan.json)
+rm -f "${logs[@]}"
+trap 'summary "${logs[@]}"' EXIT
+
 run build-ci "" -Dwerror=true
 if [ "${RCP_SKIP_SANITIZERS:-0}" != 1 ]; then
     run build-asan asan -Db_sanitize=address,undefined -Db_lundef=false
     run build-tsan tsan -Db_sanitize=thread -Db_lundef=false
 fi
-echo "run-tests: all suites passed"
