@@ -362,6 +362,15 @@ static int queue_handshake(struct rcp_conn *c)
         c->pend_len += len;
         push_slot(c, &c->hs[k++].f, 0, len);
     }
+    if (c->readonly) {
+        argv[0] = "READONLY";
+        len = rcp__format_len(1, argv, NULL);
+        if (pend_reserve(c, len) < 0)
+            return -1;
+        rcp__format_write(c->pend + c->pend_len, 1, argv, NULL);
+        c->pend_len += len;
+        push_slot(c, &c->hs[k++].f, 0, len);
+    }
     c->hs_end = c->tail;
     c->hs_failed = 0;
     return 0;
@@ -939,7 +948,8 @@ static int validate(const rcp_conn_options *o)
     return 1;
 }
 
-int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, struct rcp_conn **out)
+int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
+                     struct rcp_conn **out)
 {
     struct rcp_conn *c;
     pthread_condattr_t ca;
@@ -1000,8 +1010,11 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, struct rcp_conn
         snprintf(c->addr, sizeof c->addr, "[%s]:%d", c->host, o->port);
     else
         snprintf(c->addr, sizeof c->addr, "%s:%d", c->host, o->port);
-    c->hs[0].c = c->hs[1].c = c;
-    c->hs[0].f.resolve = c->hs[1].f.resolve = hs_resolve;
+    for (int k = 0; k < 3; k++) {
+        c->hs[k].c = c;
+        c->hs[k].f.resolve = hs_resolve;
+    }
+    c->readonly = (flags & RCP__CONN_READONLY) != 0;
     c->state = RCP__ST_DISCONNECTED;
     c->reconnect_at = 0;
     if (loop && rcp__loop_attach(loop, c) < 0) {
@@ -1056,7 +1069,7 @@ int rcp_conn_open(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_
     }
     /* Create detached from the loop first so owned_loops is set before the
      * loop can touch it, then attach. */
-    rv = rcp__conn_create(NULL, o, &c);
+    rv = rcp__conn_create(NULL, o, 0, &c);
     if (rv != RCP_OK) {
         for (i = 0; i < n; i++)
             rcp__loop_free(loops[i]);
@@ -1149,7 +1162,7 @@ static uint64_t deadline_for(struct rcp_conn *c, const rcp_future *f, uint64_t n
 }
 
 /* Mutex held. Wait for room for one request of len bytes. */
-static int wait_room(struct rcp_conn *c, size_t len, uint64_t deadline)
+static int wait_room(struct rcp_conn *c, size_t len, unsigned nslots, uint64_t deadline)
 {
     for (;;) {
         size_t pend = c->pend_len - c->pend_off;
@@ -1157,7 +1170,7 @@ static int wait_room(struct rcp_conn *c, size_t len, uint64_t deadline)
             return RCP_ERR_CLOSED;
         if (c->state == RCP__ST_DISCONNECTED)
             return RCP_ERR_NOT_SENT;
-        if (c->tail - c->head < c->opt.max_inflight &&
+        if (c->tail - c->head + nslots <= c->opt.max_inflight &&
             (pend == 0 || pend + len <= c->opt.max_pending_bytes))
             return RCP_OK;
         if (c->opt.queue_policy == RCP_QUEUE_FAIL || rcp__loop_on_thread())
@@ -1181,22 +1194,44 @@ static int wait_room(struct rcp_conn *c, size_t len, uint64_t deadline)
 
 /* Queue a request. Either argv (formatted here, under the mutex) or pre
  * formatted bytes. */
+/* ASKING, queued in front of a command sent after an ASK redirect; its
+ * +OK is read and dropped. Shared by every connection: it keeps no state. */
+static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
+#define ASKING_LEN (sizeof asking_cmd - 1)
+
+static void asking_resolve(rcp_future *f, rcp_reply *r)
+{
+    (void)f;
+    (void)r;
+}
+
+static rcp_future asking_future = {asking_resolve, NULL, -1, 0, {NULL, NULL}};
+
+/* Queue a request. Either argv (formatted here, under the mutex) or pre
+ * formatted bytes. With `asking`, ASKING goes first and both are queued in
+ * one critical section, so they are adjacent on the wire. */
 static int enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,
-                   const size_t *argvlen, const char *raw, size_t len)
+                   const size_t *argvlen, const char *raw, size_t len, int asking)
 {
     uint64_t now = rcp__now_ns();
     uint64_t deadline = deadline_for(c, f, now);
+    size_t extra = asking ? ASKING_LEN : 0;
     int rv, ring = 0;
 
     pthread_mutex_lock(&c->mu);
-    rv = wait_room(c, len, deadline);
+    rv = wait_room(c, len + extra, asking ? 2 : 1, deadline);
     if (rv != RCP_OK) {
         pthread_mutex_unlock(&c->mu);
         return rv;
     }
-    if (pend_reserve(c, len) < 0) {
+    if (pend_reserve(c, len + extra) < 0) {
         pthread_mutex_unlock(&c->mu);
         return RCP_ERR_OOM;
+    }
+    if (asking) {
+        memcpy(c->pend + c->pend_len, asking_cmd, ASKING_LEN);
+        c->pend_len += ASKING_LEN;
+        push_slot(c, &asking_future, 0, ASKING_LEN);
     }
     if (raw)
         memcpy(c->pend + c->pend_len, raw, len);
@@ -1252,7 +1287,7 @@ int rcp_conn_send_argv(rcp_conn *c, rcp_future *f, int argc, const char **argv,
     call_enter(c);
     rv = precheck(c, argc, argv, argvlen, &len, &why);
     if (rv == RCP_OK)
-        rv = enqueue(c, f, argc, argv, argvlen, NULL, len);
+        rv = enqueue(c, f, argc, argv, argvlen, NULL, len, 0);
     call_leave(c);
     return rv;
 }
@@ -1294,7 +1329,7 @@ int rcp_conn_sendv(rcp_conn *c, rcp_future *f, const char *fmt, va_list ap)
     call_enter(c);
     rv = format_fmt(c, fmt, ap, &buf, &len, &why);
     if (rv == RCP_OK) {
-        rv = enqueue(c, f, 0, NULL, NULL, buf, len);
+        rv = enqueue(c, f, 0, NULL, NULL, buf, len, 0);
         rcp__free(buf);
     }
     call_leave(c);
@@ -1608,24 +1643,63 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
 }
 
 static rcp_reply *command(rcp_conn *c, int argc, const char **argv, const size_t *argvlen,
-                          const char *raw, size_t len)
+                          const char *raw, size_t len, int asking, int timeout_ms)
 {
     sync_future s;
     rcp_reply *r;
-    int rv, handed;
+    int rv, handed = 0;
 
     memset(&s, 0, sizeof s);
     s.f.resolve = sync_resolve;
+    s.f.timeout_ms = timeout_ms;
     s.c = c;
-    r = try_fast(c, &s, argc, argv, argvlen, raw, len, &handed);
-    if (r)
-        return r;
+    if (!asking) {
+        r = try_fast(c, &s, argc, argv, argvlen, raw, len, &handed);
+        if (r)
+            return r;
+    }
     if (!handed) {
-        rv = enqueue(c, &s.f, argc, argv, argvlen, raw, len);
+        rv = enqueue(c, &s.f, argc, argv, argvlen, raw, len, asking);
         if (rv != RCP_OK)
             return error_reply(rv, NULL, "request refused");
     }
     return sync_wait(&s);
+}
+
+int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len, int asking)
+{
+    int rv;
+    call_enter(c);
+    rv = enqueue(c, f, 0, NULL, NULL, raw, len, asking);
+    call_leave(c);
+    return rv;
+}
+
+rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,
+                                 int timeout_ms)
+{
+    rcp_reply *r;
+    if (rcp__loop_on_thread())
+        return error_reply(RCP_ERR_INVALID,
+                           "sync call from an I/O thread (a callback) would deadlock", NULL);
+    call_enter(c);
+    r = command(c, 0, NULL, NULL, raw, len, asking, timeout_ms);
+    call_leave(c);
+    return r;
+}
+
+int rcp__conn_healthy(struct rcp_conn *c)
+{
+    return __atomic_load_n(&c->state, __ATOMIC_RELAXED) == RCP__ST_READY;
+}
+
+uint64_t rcp__conn_outstanding(struct rcp_conn *c)
+{
+    uint64_t n;
+    pthread_mutex_lock(&c->mu);
+    n = c->tail - c->head;
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 rcp_reply *rcp_conn_command_argv(rcp_conn *c, int argc, const char **argv, const size_t *argvlen)
@@ -1644,7 +1718,7 @@ rcp_reply *rcp_conn_command_argv(rcp_conn *c, int argc, const char **argv, const
     if (rv != RCP_OK)
         r = error_reply(rv, why, "request refused");
     else
-        r = command(c, argc, argv, argvlen, NULL, len);
+        r = command(c, argc, argv, argvlen, NULL, len, 0, 0);
     call_leave(c);
     return r;
 }
@@ -1666,7 +1740,7 @@ rcp_reply *rcp_conn_commandv(rcp_conn *c, const char *fmt, va_list ap)
     if (rv != RCP_OK) {
         r = error_reply(rv, why, "request refused");
     } else {
-        r = command(c, 0, NULL, NULL, buf, len);
+        r = command(c, 0, NULL, NULL, buf, len, 0, 0);
         rcp__free(buf);
     }
     call_leave(c);

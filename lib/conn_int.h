@@ -100,7 +100,8 @@ struct rcp_conn {
     uint64_t reconnect_at;
     unsigned backoff_ms;
     uint64_t rng;
-    rcp__hs_future hs[2];
+    rcp__hs_future hs[3]; /* AUTH, CLIENT SETNAME, READONLY */
+    int readonly;         /* a replica connection: READONLY on every connect */
     _Atomic uint64_t timer_at;
 
     struct {
@@ -110,8 +111,22 @@ struct rcp_conn {
     } st;
 };
 
-/* Internal API for the cluster layer: create a connection on an existing
- * loop without waiting for it to connect. */
-int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, struct rcp_conn **out);
+/* Internal API for the cluster layer. */
+enum { RCP__CONN_READONLY = 1 };
+
+/* Create a connection on an existing loop without waiting for it to
+ * connect (it connects on the loop's next pass). */
+int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
+                     struct rcp_conn **out);
+/* Queue pre-formatted bytes (one command); with `asking`, "ASKING" is
+ * written immediately before it, adjacent on the wire. Contract as
+ * rcp_conn_send_argv. */
+int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len, int asking);
+/* The sync form (lone-caller fast path when not asking); timeout_ms as a
+ * future's. Never NULL. */
+rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,
+                                 int timeout_ms);
+int rcp__conn_healthy(struct rcp_conn *c);        /* connected and ready */
+uint64_t rcp__conn_outstanding(struct rcp_conn *c); /* requests queued or in flight */
 
 #endif
