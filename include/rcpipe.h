@@ -5,5 +5,6 @@
 #include "rcpipe/common.h"
 #include "rcpipe/reply.h"
 #include "rcpipe/conn.h"
+#include "rcpipe/cluster.h"
 
 #endif

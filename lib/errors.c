@@ -17,7 +17,9 @@ static const char *const names[RCP_ERR__COUNT] = {
     [RCP_ERR_UNSUPPORTED] = "command changes connection state; not allowed on a shared connection",
     [RCP_ERR_TOO_LARGE] = "request too large",
     [RCP_ERR_SERVER] = "server error reply",
-    [RCP_ERR_CLUSTER_DOWN] = "cluster down",
+    [RCP_ERR_CLUSTER_DOWN] = "cluster down or slot not served",
+    [RCP_ERR_CROSS_SLOT] = "keys in request don't hash to the same slot",
+    [RCP_ERR_REDIRECT_LIMIT] = "too many redirects",
 };
 
 const char *rcp_strerror(int code)

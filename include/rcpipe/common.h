@@ -46,7 +46,9 @@ typedef enum rcp_err {
     RCP_ERR_UNSUPPORTED = 12,      /* a command that changes connection state (MULTI, SUBSCRIBE, SELECT...) */
     RCP_ERR_TOO_LARGE = 13,        /* a request larger than max_request_bytes */
     RCP_ERR_SERVER = 14,           /* the server answered with an error reply; its text is kept */
-    RCP_ERR_CLUSTER_DOWN = 15,     /* reserved for the cluster layer */
+    RCP_ERR_CLUSTER_DOWN = 15,     /* the slot is not served (hole in the map, CLUSTERDOWN past retries) */
+    RCP_ERR_CROSS_SLOT = 16,       /* a command's keys hash to different slots */
+    RCP_ERR_REDIRECT_LIMIT = 17,   /* more MOVED/ASK redirects than max_redirects */
     RCP_ERR__COUNT                 /* not an error: the number of codes */
 } rcp_err;
 

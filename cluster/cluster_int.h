@@ -1,0 +1,64 @@
+/* cluster/cluster_int.h: the cluster handle's internals, shared by
+ * slotmap.c (the RCU-published map) and cluster.c (handle, routing,
+ * redirects, refresher). */
+#ifndef RCP_CLUSTER_INT_H
+#define RCP_CLUSTER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "conn_int.h"
+#include "logic.h"
+#include "rcpipe/cluster.h"
+
+/* A node of the cluster, by address. Nodes live until the handle closes
+ * (a few hundred bytes each); their connection is closed and detached when
+ * they leave the map, and recreated if they come back. */
+typedef struct rcp__node {
+    char *host;
+    int port;
+    char addr[280];
+    _Atomic(struct rcp_conn *) conn; /* NULL while detached */
+    atomic_int in_map;
+    atomic_int is_master;
+    _Atomic uint64_t loading_until; /* ns: skip for reads while LOADING */
+    rcp_conn_stats last;            /* counters of closed connections, summed */
+    struct rcp__node *next;         /* registry list */
+} rcp__node;
+
+typedef struct rcp__shard {
+    rcp__node *master;
+    size_t nreplicas;
+    rcp__node **replicas;
+} rcp__shard;
+
+/* A shard made on the spot by a MOVED redirect: the slot's new owner,
+ * recorded in the current map without copying it. Freed with the map. */
+typedef struct rcp__moved_shard {
+    rcp__shard sh;
+    struct rcp__moved_shard *next;
+} rcp__moved_shard;
+
+/* Immutable once published, except the per-slot atomic stores of MOVED
+ * (slots) and ASK (pinned). */
+typedef struct rcp__map {
+    uint64_t version;
+    _Atomic(rcp__shard *) slots[RCP__SLOTS];
+    atomic_uchar pinned[RCP__SLOTS]; /* ASK seen: reads go to the master */
+    size_t nshards;
+    rcp__shard *shards;
+    rcp__node **replica_store;       /* backing array of every shard's replicas */
+    size_t covered;
+    pthread_mutex_t moved_mu;
+    rcp__moved_shard *moved;
+} rcp__map;
+
+/* slotmap.c */
+rcp__map *rcp__map_new(void);
+void rcp__map_free(rcp__map *m);
+/* Record a MOVED: from now on the slot's requests go to node (a per-slot
+ * atomic store; no copy of the map). Returns -1 on OOM. */
+int rcp__map_move_slot(rcp__map *m, unsigned slot, rcp__node *node);
+
+#endif

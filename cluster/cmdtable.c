@@ -1,0 +1,348 @@
+/* cluster/cmdtable.c: what the cluster layer knows about each command: its
+ * flags (read-only, write, blocking, ...) and where its keys are. Owns the
+ * command table and the key-spec reader.
+ *
+ * The table itself is data generated from a real server's COMMAND reply
+ * (cmdtable_data.inc, committed). To regenerate it, from the source root
+ * (bash):
+ *
+ *     read PORT PID DIR < <(tests/scripts/redis-node.sh start)
+ *     python3 cluster/gen_cmdtable.py 127.0.0.1 "$PORT" > cluster/cmdtable_data.inc
+ *     tests/scripts/redis-node.sh stop "$PID" "$DIR"
+ *
+ * Keys are found with Redis 7's key specs, read generically: a begin search
+ * (a fixed index, or a keyword searched forward or, for a negative start,
+ * backward) followed by a find-keys rule (a range up to a fixed or
+ * end-relative last key, possibly cut by a limit factor, or a count read
+ * from a numkeys argument). The two commands whose specs are "unknown" or
+ * "incomplete" (SORT, MIGRATE) have small readers of their own below. */
+#include <stddef.h>
+#include <string.h>
+#include <strings.h>
+
+#include "logic.h"
+
+enum { BS_UNKNOWN, BS_INDEX, BS_KEYWORD };
+enum { FK_UNKNOWN, FK_RANGE, FK_KEYNUM };
+enum { SPECIAL_NONE, SPECIAL_SORT, SPECIAL_MIGRATE };
+
+struct keyspec {
+    signed char bs;      /* BS_* */
+    short bs_arg;        /* BS_INDEX: the index; BS_KEYWORD: startfrom (< 0: backward from
+                            argc + startfrom) */
+    const char *keyword; /* BS_KEYWORD, upper case as the server lists it */
+    signed char fk;      /* FK_* */
+    short a, b, c;       /* FK_RANGE: lastkey, keystep, limit;
+                            FK_KEYNUM: keynumidx, firstkey, keystep */
+};
+
+struct rcp__cmd {
+    const char *name;    /* lower case; "container|sub" for a subcommand */
+    int arity;           /* > 0: exactly that many arguments; < 0: at least -arity */
+    unsigned flags;      /* RCP__CMD_* */
+    int first, last, step; /* legacy key positions, kept for reference */
+    int special;         /* SPECIAL_*: a hand-written key reader */
+    unsigned short spec0, nspecs; /* this command's slice of keyspecs[] */
+    unsigned short nsubs; /* > 0: a container such as OBJECT or XINFO */
+};
+
+#include "cmdtable_data.inc"
+
+#define NCMDS (sizeof cmds / sizeof cmds[0])
+
+/* Longer than any command name ("container|sub"), so a longer argument is
+ * simply unknown. */
+#define NAME_BUF 64
+
+static size_t arg_len(const char **argv, const size_t *argvlen, int i)
+{
+    if (!argv[i])
+        return 0;
+    return argvlen ? argvlen[i] : strlen(argv[i]);
+}
+
+/* Appends the lower-cased argument to buf at *pos; 0 if it cannot be a
+ * command name (too long, NUL or '|' inside: '|' would let "object|encoding"
+ * typed by a caller match a subcommand the server would not know). */
+static int append_lower(char *buf, size_t *pos, const char *s, size_t n)
+{
+    size_t i;
+    if (!s || n >= NAME_BUF - *pos)
+        return 0;
+    for (i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '\0' || ch == '|')
+            return 0;
+        buf[(*pos)++] = (char)(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+    }
+    buf[*pos] = '\0';
+    return 1;
+}
+
+static const rcp__cmd *find(const char *name)
+{
+    size_t lo = 0, hi = NCMDS;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(name, cmds[mid].name);
+        if (c == 0)
+            return &cmds[mid];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+const rcp__cmd *rcp__cmd_lookup(int argc, const char **argv, const size_t *argvlen)
+{
+    char buf[NAME_BUF];
+    size_t pos = 0;
+    const rcp__cmd *cmd, *sub;
+
+    if (argc < 1 || !argv || !append_lower(buf, &pos, argv[0], arg_len(argv, argvlen, 0)))
+        return NULL;
+    cmd = find(buf);
+    if (!cmd || cmd->nsubs == 0 || argc < 2)
+        return cmd;
+    /* A container without a known subcommand is still a command the server
+     * knows (it answers with an error or help), so hand back the container. */
+    buf[pos++] = '|';
+    if (!append_lower(buf, &pos, argv[1], arg_len(argv, argvlen, 1)))
+        return cmd;
+    sub = find(buf);
+    return sub ? sub : cmd;
+}
+
+unsigned rcp__cmd_flags(const rcp__cmd *cmd)
+{
+    return cmd ? cmd->flags : 0;
+}
+
+const char *rcp__cmd_name(const rcp__cmd *cmd)
+{
+    return cmd ? cmd->name : NULL;
+}
+
+const rcp__cmd *rcp__cmd_at(size_t i)
+{
+    return i < NCMDS ? &cmds[i] : NULL;
+}
+
+/* Where found key indices go: the first max are stored, all are counted. */
+struct keys_out {
+    int *idx;
+    int max;
+    int n;
+};
+
+static void add_key(struct keys_out *o, long i)
+{
+    if (o->idx && o->n < o->max)
+        o->idx[o->n] = (int)i;
+    o->n++;
+}
+
+static int arg_is(const char **argv, const size_t *argvlen, int i, const char *word)
+{
+    size_t n = strlen(word);
+    return argv[i] && arg_len(argv, argvlen, i) == n && strncasecmp(argv[i], word, n) == 0;
+}
+
+/* A numkeys argument: a plain decimal integer; -1 if it is not one. Values
+ * above the argument count are clamped to it, which is enough to reject
+ * them and keeps the arithmetic that follows from overflowing. */
+static long parse_count(const char *s, size_t n, long cap)
+{
+    long v = 0;
+    size_t i;
+    if (!s || n == 0 || n > 20)
+        return -1;
+    for (i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        if (v <= cap)
+            v = v * 10 + (s[i] - '0');
+    }
+    return v > cap ? cap + 1 : v;
+}
+
+/* One key spec applied to argv: 0 when it yields no key (an optional
+ * keyword absent, an index past the end), -1 when argv breaks its rule. */
+static int spec_keys(const struct keyspec *ks, int argc, const char **argv, const size_t *argvlen,
+                     struct keys_out *o)
+{
+    long begin, i;
+
+    switch (ks->bs) {
+    case BS_INDEX:
+        begin = ks->bs_arg;
+        if (begin >= argc)
+            return 0;
+        break;
+    case BS_KEYWORD:
+        begin = -1;
+        if (ks->bs_arg >= 0) {
+            for (i = ks->bs_arg; i < argc && begin < 0; i++)
+                if (arg_is(argv, argvlen, (int)i, ks->keyword))
+                    begin = i + 1;
+        } else {
+            for (i = (long)argc + ks->bs_arg; i >= 1 && begin < 0; i--)
+                if (arg_is(argv, argvlen, (int)i, ks->keyword))
+                    begin = i + 1;
+        }
+        if (begin < 0)
+            return 0;
+        break;
+    default:
+        /* Unknown begin search: the command's own reader covers it, or (see
+         * gen_cmdtable.py) it names no routable key. */
+        return 0;
+    }
+
+    if (ks->fk == FK_RANGE) {
+        long step = ks->b > 0 ? ks->b : 1, last;
+        if (ks->a >= 0) {
+            last = begin + ks->a;
+            if (last >= argc)
+                return -1;
+        } else {
+            /* Keys run to an end-relative last argument, possibly only the
+             * first 1/limit of them (XREAD: streams, then as many ids). The
+             * span must divide evenly, or the command is malformed (an odd
+             * MSET, an unbalanced XREAD). */
+            long span = (long)argc + ks->a - begin + 1;
+            if (span <= 0)
+                return -1;
+            if (ks->c > 1) {
+                if (span % ks->c)
+                    return -1;
+                span /= ks->c;
+            }
+            if (span % step)
+                return -1;
+            last = begin + span - 1;
+        }
+        for (i = begin; i <= last; i += step)
+            add_key(o, i);
+        return 0;
+    }
+    if (ks->fk == FK_KEYNUM) {
+        long numidx = begin + ks->a, first = begin + ks->b, step = ks->c > 0 ? ks->c : 1, num;
+        if (numidx >= argc)
+            return -1;
+        num = parse_count(argv[numidx], arg_len(argv, argvlen, (int)numidx), argc);
+        if (num < 0)
+            return -1;
+        if (num == 0)
+            return 0;
+        /* Written so that a huge numkeys cannot overflow. */
+        if (first >= argc || num - 1 > ((long)argc - 1 - first) / step)
+            return -1;
+        for (i = 0; i < num; i++)
+            add_key(o, first + i * step);
+        return 0;
+    }
+    return 0;
+}
+
+/* SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC|DESC]
+ * [ALPHA] [STORE destination]: the key and, with STORE, the destination.
+ * The server marks STORE "unknown" because the word may also be a pattern;
+ * walking the options in order tells them apart. */
+static int sort_keys(int argc, const char **argv, const size_t *argvlen, struct keys_out *o)
+{
+    int i = 2;
+    add_key(o, 1);
+    while (i < argc) {
+        if (arg_is(argv, argvlen, i, "ASC") || arg_is(argv, argvlen, i, "DESC") ||
+            arg_is(argv, argvlen, i, "ALPHA")) {
+            i += 1;
+        } else if (arg_is(argv, argvlen, i, "LIMIT")) {
+            if (i + 2 >= argc)
+                return -1;
+            i += 3;
+        } else if (arg_is(argv, argvlen, i, "BY") || arg_is(argv, argvlen, i, "GET")) {
+            if (i + 1 >= argc)
+                return -1;
+            i += 2;
+        } else if (arg_is(argv, argvlen, i, "STORE")) {
+            if (i + 1 >= argc)
+                return -1;
+            add_key(o, i + 1);
+            i += 2;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user
+ * pw] [KEYS key ...]: the server's spec searches KEYS backward and is
+ * "incomplete" (a password spelled KEYS fools it); walking the options
+ * forward does not get fooled. */
+static int migrate_keys(int argc, const char **argv, const size_t *argvlen, struct keys_out *o)
+{
+    int i = 6;
+    while (i < argc) {
+        if (arg_is(argv, argvlen, i, "COPY") || arg_is(argv, argvlen, i, "REPLACE")) {
+            i += 1;
+        } else if (arg_is(argv, argvlen, i, "AUTH")) {
+            if (i + 1 >= argc)
+                return -1;
+            i += 2;
+        } else if (arg_is(argv, argvlen, i, "AUTH2")) {
+            if (i + 2 >= argc)
+                return -1;
+            i += 3;
+        } else if (arg_is(argv, argvlen, i, "KEYS")) {
+            /* With KEYS the single-key argument must be "" (the server
+             * refuses anything else), and every remaining argument is a key. */
+            if (arg_len(argv, argvlen, 3) != 0)
+                return -1;
+            for (i = i + 1; i < argc; i++)
+                add_key(o, i);
+            return 0;
+        } else {
+            return -1;
+        }
+    }
+    add_key(o, 3);
+    return 0;
+}
+
+int rcp__cmd_keys(const rcp__cmd *cmd, int argc, const char **argv, const size_t *argvlen,
+                  int *idx, int max)
+{
+    struct keys_out o;
+    unsigned s;
+
+    if (!cmd || argc < 1 || !argv)
+        return -1;
+    if (cmd->arity >= 0 ? argc != cmd->arity : argc < -cmd->arity)
+        return -1;
+    o.idx = idx;
+    o.max = max > 0 ? max : 0;
+    o.n = 0;
+    switch (cmd->special) {
+    case SPECIAL_SORT:
+        if (sort_keys(argc, argv, argvlen, &o) < 0)
+            return -1;
+        return o.n;
+    case SPECIAL_MIGRATE:
+        if (migrate_keys(argc, argv, argvlen, &o) < 0)
+            return -1;
+        return o.n;
+    default:
+        break;
+    }
+    /* Keys come in spec order (for ZUNIONSTORE: the destination, then the
+     * sources). No two 7.0 specs can name the same argument, so no index is
+     * reported twice. */
+    for (s = 0; s < cmd->nspecs; s++)
+        if (spec_keys(&keyspecs[cmd->spec0 + s], argc, argv, argvlen, &o) < 0)
+            return -1;
+    return o.n;
+}

@@ -1,0 +1,114 @@
+/* rcpipe/cluster.h: one handle for a whole Redis Cluster.
+ *
+ * The handle keeps a slot map (which node serves which of the 16384 hash
+ * slots), refreshed in the background, and one pipelined connection per
+ * node (see conn.h). Requests are routed by their key's slot; MOVED and ASK
+ * redirects and safe retries are followed transparently. Thread-safe: share
+ * one handle among all threads. */
+#ifndef RCPIPE_CLUSTER_H
+#define RCPIPE_CLUSTER_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rcpipe/common.h"
+#include "rcpipe/conn.h"
+#include "rcpipe/reply.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rcp_cluster rcp_cluster;
+
+typedef enum rcp_read_policy {
+    RCP_READ_MASTER_ONLY = 0,        /* every command to the slot's master */
+    RCP_READ_PREFER_REPLICA = 1,     /* read-only commands to a healthy replica, else master */
+    RCP_READ_MASTER_AND_REPLICAS = 2 /* read-only commands spread over master and replicas */
+} rcp_read_policy;
+
+/* Cluster events (rcp_event.type), in addition to conn.h's node events,
+ * which are reported with the node's host and port. */
+enum {
+    RCP_EVENT_MAP_UPDATED = 16 /* a new slot map was published; message says why */
+};
+
+typedef struct rcp_cluster_options {
+    const char *seeds;          /* "host:port[,host:port...]"; required */
+    int read_policy;            /* rcp_read_policy for read-only commands; default MASTER_ONLY */
+    int refresh_interval_ms;    /* periodic slot-map refresh; default 5000 (jittered +-10%) */
+    int max_redirects;          /* MOVED/ASK followed per request; default 5 */
+    int max_retries;            /* TRYAGAIN/CLUSTERDOWN/LOADING/MASTERDOWN/IO retries; default 5 */
+    int min_refresh_gap_ms;     /* forced refreshes at most one per this; default 100 */
+    int replica_pick_ms;        /* how long a caller sticks to one replica; default 50 */
+    const rcp_conn_options *node; /* per-node connection options (host/port ignored); NULL: defaults */
+    rcp_event_fn event_cb;      /* NULL: no events */
+    void *event_data;
+} rcp_cluster_options;
+
+RCP_API void rcp_cluster_options_init(rcp_cluster_options *o);
+
+/* Connects to the seeds in order until one answers CLUSTER SLOTS with a
+ * valid table, builds the first slot map and starts the refresher. On
+ * failure *out is NULL and errbuf names every seed tried and why it
+ * failed. Strings are copied. */
+RCP_API int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errbuf,
+                             size_t errbuf_len);
+
+/* Resolves every outstanding future (RCP_ERR_CLOSED), stops the refresher,
+ * closes every node connection. No call may start once close has begun;
+ * not from a callback. NULL is ignored. */
+RCP_API void rcp_cluster_close(rcp_cluster *c);
+
+/* Async send, routed by the command's keys. Same contract as
+ * rcp_conn_send_argv: RCP_OK means f->resolve runs exactly once (after
+ * redirects and retries), any other code means it never runs. Commands
+ * whose keys hash to different slots get RCP_ERR_CROSS_SLOT. */
+RCP_API int rcp_cluster_send_argv(rcp_cluster *c, rcp_future *f, int argc, const char **argv,
+                                  const size_t *argvlen);
+/* The same with a read policy for this request (-1: the handle's). */
+RCP_API int rcp_cluster_send_argv_policy(rcp_cluster *c, rcp_future *f, int read_policy, int argc,
+                                         const char **argv, const size_t *argvlen);
+RCP_API int rcp_cluster_send(rcp_cluster *c, rcp_future *f, const char *fmt, ...);
+RCP_API int rcp_cluster_sendv(rcp_cluster *c, rcp_future *f, const char *fmt, va_list ap);
+
+/* Sync calls: always a reply the caller frees, never NULL. */
+RCP_API rcp_reply *rcp_cluster_command_argv(rcp_cluster *c, int argc, const char **argv,
+                                            const size_t *argvlen);
+RCP_API rcp_reply *rcp_cluster_command(rcp_cluster *c, const char *fmt, ...);
+RCP_API rcp_reply *rcp_cluster_commandv(rcp_cluster *c, const char *fmt, va_list ap);
+
+/* The hash slot (0..16383) of a key, with {hash tag} rules. */
+RCP_API unsigned rcp_keyslot(const char *key, size_t len);
+
+typedef struct rcp_cluster_stats {
+    uint64_t requests;          /* accepted by a send */
+    uint64_t moved, ask;        /* redirects followed */
+    uint64_t retries_tryagain, retries_clusterdown, retries_loading, retries_masterdown;
+    uint64_t retries_not_sent;  /* resent after RCP_ERR_NOT_SENT */
+    uint64_t retries_io;        /* read-only commands resent after RCP_ERR_IO */
+    uint64_t retries_readonly;  /* writes resent after -READONLY from a demoted master */
+    uint64_t refreshes_periodic, refreshes_forced, refresh_failures;
+    uint64_t map_version;       /* increments with every published map */
+    uint64_t nodes;             /* nodes in the current map */
+} rcp_cluster_stats;
+
+RCP_API int rcp_cluster_get_stats(rcp_cluster *c, rcp_cluster_stats *out);
+
+typedef struct rcp_cluster_node_info {
+    char addr[280];             /* "host:port" */
+    int is_master;              /* in the current map */
+    int in_map;                 /* 0: known but no longer in the map */
+    rcp_conn_stats conn;        /* that node's connection counters */
+} rcp_cluster_node_info;
+
+/* Fills up to max entries; returns how many nodes there are (may be more
+ * than max). */
+RCP_API size_t rcp_cluster_get_nodes(rcp_cluster *c, rcp_cluster_node_info *out, size_t max);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
