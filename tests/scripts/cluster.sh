@@ -1,0 +1,726 @@
+#!/usr/bin/env bash
+# A local Redis Cluster for tests, the demo and the bench: redis-server
+# processes on 127.0.0.1 only, each in its own directory under one cluster
+# directory, described by DIR/cluster.env.
+#
+#   cluster.sh start [--masters N] [--replicas R] [--node-timeout MS] [--dir DIR]
+#                    [-- extra redis-server args...]
+#       starts N*(1+R) nodes (default 3 masters, 1 replica each, node
+#       timeout 1000 ms), creates the cluster, waits until every node
+#       agrees that it is up, writes DIR/cluster.env and prints
+#       "127.0.0.1:PORT" (the first node, a seed) on stdout. Without --dir
+#       a new temporary directory is made; its path is on stderr and in
+#       the DIR= line of cluster.env.
+#   cluster.sh stop DIR            stops every node recorded in DIR, removes DIR
+#   cluster.sh wait-ok DIR [S]     waits (default 30 s) until every live node
+#                                  says cluster_state:ok and all agree on the
+#                                  slot table
+#   cluster.sh reshard DIR FROM_PORT TO_PORT NSLOTS
+#                                  moves NSLOTS slots with redis-cli --cluster
+#                                  reshard, then waits for agreement
+#   cluster.sh rebalance DIR [redis-cli rebalance options...]
+#   cluster.sh add-node DIR [MASTER_PORT]
+#                                  starts a new node and adds it (an empty
+#                                  master, or a replica of MASTER_PORT);
+#                                  prints its port
+#   cluster.sh del-node DIR PORT   moves the node's slots away (rebalance with
+#                                  weight 0), removes it from the cluster
+#                                  (redis-cli --cluster del-node); the process
+#                                  keeps running, as a lone node, until kill
+#                                  or stop
+#   cluster.sh kill DIR PORT       SIGKILL that node (its directory is kept)
+#   cluster.sh restart DIR PORT    starts it again with the same port, directory
+#                                  and nodes.conf, so it rejoins; prints its pid
+#   cluster.sh nodes DIR           one line per node: PORT PID ROLE (ROLE is
+#                                  master, slave, or down)
+#   cluster.sh myid DIR PORT       the node's cluster id
+#
+# cluster.env (sourceable by bash) holds DIR, MASTERS, REPLICAS, NODE_TIMEOUT,
+# PORTS="p1 p2 ..." and PIDS="pid1 pid2 ..." (parallel lists; a pid is 0
+# while that node is killed), and the extra server arguments.
+#
+# Only processes recorded in cluster.env are ever signalled, by pid, and only
+# after checking that the pid is still a redis-server on that port. Every
+# wait is bounded. Servers run in their own session (setsid), so a test
+# runner that kills its process group does not take them down half-way: the
+# test harness stops them (tests/cluster/harness.c).
+#
+# Environment: RCP_REDIS_SERVER or REDIS_SERVER (default: redis-server in
+# PATH), REDIS_CLI (default: redis-cli next to the server, or in PATH).
+set -euo pipefail
+
+REDIS_SERVER=${RCP_REDIS_SERVER:-${REDIS_SERVER:-redis-server}}
+if [ -z "${REDIS_CLI:-}" ]; then
+    if [ -x "$(dirname "$REDIS_SERVER")/redis-cli" ]; then
+        REDIS_CLI=$(dirname "$REDIS_SERVER")/redis-cli
+    else
+        REDIS_CLI=redis-cli
+    fi
+fi
+
+START_WAIT_S=10      # one node answering PING
+CREATE_TIMEOUT_S=90  # redis-cli --cluster create
+RESHARD_TIMEOUT_S=${RCP_RESHARD_TIMEOUT_S:-600}
+STOP_GRACE_S=5
+
+# State loaded from cluster.env.
+DIR=""
+MASTERS=3
+REPLICAS=1
+NODE_TIMEOUT=1000
+PORTS=""
+PIDS=""
+EXTRA_ARGS=()
+
+die() {
+    echo "cluster.sh: $*" >&2
+    exit 1
+}
+
+now_ms() {
+    local s ns
+    read -r s ns < <(date '+%s %N')
+    echo $((s * 1000 + 10#$ns / 1000000))
+}
+
+cli() {
+    local port=$1
+    shift
+    timeout 10 "$REDIS_CLI" -h 127.0.0.1 -p "$port" "$@"
+}
+
+# Ports for the cluster: below the ephemeral range and below 30000, with the
+# bus port (port + 10000) free too. Prints N ports.
+pick_ports() {
+    python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+def free(p):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", p))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+got = []
+rnd = random.Random()
+for _ in range(20000):
+    if len(got) == n:
+        break
+    p = rnd.randrange(11000, 19990)
+    if p in got or p + 10000 in got or p - 10000 in got:
+        continue
+    if free(p) and free(p + 10000):
+        got.append(p)
+if len(got) != n:
+    sys.exit("no free ports")
+print(" ".join(map(str, got)))
+PY
+}
+
+write_env() {
+    local tmp="$DIR/cluster.env.tmp"
+    {
+        printf 'DIR=%q\n' "$DIR"
+        printf 'MASTERS=%d\n' "$MASTERS"
+        printf 'REPLICAS=%d\n' "$REPLICAS"
+        printf 'NODE_TIMEOUT=%d\n' "$NODE_TIMEOUT"
+        printf 'PORTS="%s"\n' "$PORTS"
+        printf 'PIDS="%s"\n' "$PIDS"
+        printf 'EXTRA_ARGS=('
+        if [ "${#EXTRA_ARGS[@]}" -gt 0 ]; then
+            printf ' %q' "${EXTRA_ARGS[@]}"
+        fi
+        printf ' )\n'
+    } >"$tmp"
+    mv -f "$tmp" "$DIR/cluster.env"
+}
+
+load_env() {
+    local d=${1:?cluster directory}
+    [ -f "$d/cluster.env" ] || die "$d/cluster.env not found"
+    # shellcheck disable=SC1091
+    . "$d/cluster.env"
+    DIR=$d
+}
+
+# The pid recorded for a port ("" if the port is not ours).
+pid_of() {
+    local want=$1 i=0 p
+    local -a ports pids
+    read -r -a ports <<<"$PORTS"
+    read -r -a pids <<<"$PIDS"
+    for p in "${ports[@]}"; do
+        if [ "$p" = "$want" ]; then
+            echo "${pids[$i]}"
+            return 0
+        fi
+        i=$((i + 1))
+    done
+    echo ""
+}
+
+set_pid() {
+    local want=$1 newpid=$2 i=0 p out=""
+    local -a ports pids
+    read -r -a ports <<<"$PORTS"
+    read -r -a pids <<<"$PIDS"
+    for p in "${ports[@]}"; do
+        if [ "$p" = "$want" ]; then
+            out+="$newpid "
+        else
+            out+="${pids[$i]} "
+        fi
+        i=$((i + 1))
+    done
+    PIDS=${out% }
+}
+
+# 0 if pid is a live (not zombie) redis-server listening on port.
+is_our_server() {
+    local pid=$1 port=$2 cmd state
+    [ -n "$pid" ] && [ "$pid" != 0 ] || return 1
+    [ -r "/proc/$pid/cmdline" ] || return 1
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+    [ "$state" != Z ] || return 1
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
+    case "$cmd" in
+    *redis*:"$port"" "* | *redis*:"$port" | *redis*" $port "* | *redis*" $port") return 0 ;;
+    esac
+    return 1
+}
+
+alive() {
+    local pid=$1 state
+    [ -n "$pid" ] && [ "$pid" != 0 ] || return 1
+    [ -d "/proc/$pid" ] || return 1
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# Starts one node (no wait). Prints its pid.
+spawn_node() {
+    local port=$1
+    local ndir="$DIR/$port"
+    mkdir -p "$ndir"
+    setsid "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" \
+        --cluster-enabled yes --cluster-config-file nodes.conf \
+        --cluster-node-timeout "$NODE_TIMEOUT" \
+        --save '' --appendonly no --daemonize no --repl-diskless-sync-delay 0 \
+        --repl-ping-replica-period 1 \
+        --dir "$ndir" --logfile "$ndir/redis.log" \
+        ${EXTRA_ARGS[@]+"${EXTRA_ARGS[@]}"} \
+        </dev/null >>"$ndir/stdout.log" 2>&1 &
+    echo $!
+}
+
+# Waits until the node answers PING. 0: up; 1: exited; 2: timed out.
+wait_ping() {
+    local port=$1 pid=$2 deadline
+    deadline=$(($(now_ms) + START_WAIT_S * 1000))
+    while [ "$(now_ms)" -lt "$deadline" ]; do
+        if [ "$(cli "$port" ping 2>/dev/null || true)" = PONG ]; then
+            return 0
+        fi
+        alive "$pid" || return 1
+        sleep 0.05
+    done
+    return 2
+}
+
+# Starts a node on a fresh free port; on a lost race for the port, tries
+# another. Appends to PORTS/PIDS and sets NEW_PORT (not a subshell: the
+# lists must survive).
+NEW_PORT=""
+start_new_node() {
+    local attempt port pid rc
+    for attempt in 1 2 3 4 5; do
+        port=$(pick_ports 1)
+        pid=$(spawn_node "$port")
+        rc=0
+        wait_ping "$port" "$pid" || rc=$?
+        if [ "$rc" = 0 ]; then
+            PORTS=${PORTS:+$PORTS }$port
+            PIDS=${PIDS:+$PIDS }$pid
+            NEW_PORT=$port
+            return 0
+        fi
+        echo "cluster.sh: node on port $port did not start (attempt $attempt):" >&2
+        tail -n 5 "$DIR/$port/redis.log" >&2 2>/dev/null || true
+        kill -9 "$pid" 2>/dev/null || true
+        rm -rf "${DIR:?}/$port"
+        [ "$rc" = 1 ] || break
+    done
+    return 1
+}
+
+# Stops one pid we own: SIGCONT (it may be paused), SIGTERM, SIGKILL after a
+# bounded wait.
+stop_pid() {
+    local pid=$1 port=$2 i
+    is_our_server "$pid" "$port" || return 0
+    kill -CONT "$pid" 2>/dev/null || true
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < STOP_GRACE_S * 20; i++)); do
+        alive "$pid" || return 0
+        sleep 0.05
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        alive "$pid" || return 0
+        sleep 0.05
+    done
+    echo "cluster.sh: pid $pid (port $port) did not die" >&2
+    return 1
+}
+
+# A canonical view of the cluster as one node sees it: node ids, roles,
+# masters, slots, and fail flags, sorted; empty if the node does not answer.
+view_of() {
+    local port=$1
+    cli "$port" cluster nodes 2>/dev/null | awk '
+        NF >= 8 {
+            flags = $3
+            gsub(/myself,?/, "", flags)
+            role = (flags ~ /master/) ? "M" : "S"
+            fail = (flags ~ /fail\?/) ? "PFAIL" : ((flags ~ /fail/) ? "FAIL" : "")
+            if (flags ~ /handshake|noaddr/) fail = fail "HS"
+            if (fail == "") fail = "-"
+            slots = ""
+            for (i = 9; i <= NF; i++) slots = slots " " $i
+            print $1, role, $4, fail, slots
+        }' | sort
+}
+
+# One pass of the wait-ok check. Prints why not, returns 1 when not ok.
+check_ok_once() {
+    local -a ports pids
+    local i=0 p first="" v info
+    read -r -a ports <<<"$PORTS"
+    read -r -a pids <<<"$PIDS"
+    for p in "${ports[@]}"; do
+        local pid=${pids[$i]}
+        i=$((i + 1))
+        alive "$pid" || continue
+        [ -z "$(in_removed "$p")" ] || continue
+        info=$(cli "$p" cluster info 2>/dev/null | tr -d '\r' || true)
+        if ! grep -q '^cluster_state:ok$' <<<"$info"; then
+            echo "node $p: not cluster_state:ok"
+            return 1
+        fi
+        if ! grep -q '^cluster_slots_ok:16384$' <<<"$info"; then
+            echo "node $p: not all slots ok: $(grep '^cluster_slots' <<<"$info" | tr '\n' ' ')"
+            return 1
+        fi
+        # A replica that has never finished its first sync cannot be
+        # promoted (cluster-replica-validity-factor): not ok until synced.
+        if [ "$(cli "$p" role 2>/dev/null | head -n 1 | tr -d '\r')" = slave ] &&
+            ! cli "$p" info replication 2>/dev/null | tr -d '\r' |
+            grep -q '^master_link_status:up$'; then
+            echo "replica $p: link to its master not up"
+            return 1
+        fi
+        v=$(view_of "$p")
+        if [ -z "$v" ]; then
+            echo "node $p: no CLUSTER NODES"
+            return 1
+        fi
+        if grep -q -e PFAIL -e HS -e '\[' <<<"$v"; then
+            echo "node $p: a node in pfail/handshake state or a slot open for migration"
+            return 1
+        fi
+        # A live node must not be flagged failed by anyone.
+        if [ -z "$first" ]; then
+            first=$v
+        elif [ "$v" != "$first" ]; then
+            echo "node $p disagrees with node ${ports[0]} about the slot table or flags"
+            return 1
+        fi
+    done
+    # Every live node must see every other live node as not failed.
+    i=0
+    for p in "${ports[@]}"; do
+        local pid=${pids[$i]}
+        i=$((i + 1))
+        alive "$pid" || continue
+        [ -z "$(in_removed "$p")" ] || continue
+        local id
+        id=$(cli "$p" cluster myid 2>/dev/null | tr -d '\r' || true)
+        if grep -q "^$id .* FAIL" <<<"$first"; then
+            echo "live node $p is still flagged as failed"
+            return 1
+        fi
+    done
+    [ -n "$first" ] || {
+        echo "no live node"
+        return 1
+    }
+    # CLUSTER SLOTS leaves out replicas whose replication offset is still 0
+    # (fresh, nothing written yet): clients would not see them. Every
+    # healthy replica of a master with slots must be listed.
+    local want got
+    want=$(awk '$2 == "M" && NF > 4 && $4 == "-" { m[$1] = 1 }
+                { role[$1] = $2; master[$1] = $3; fail[$1] = $4 }
+                END {
+                    n = 0
+                    for (id in role) {
+                        if (fail[id] != "-") continue
+                        if (role[id] == "M" && (id in m)) n++
+                        else if (role[id] == "S" && (master[id] in m)) n++
+                    }
+                    print n
+                }' <<<"$first")
+    got=0
+    for p in "${ports[@]}"; do
+        # Ask a live node (the first port may be the killed one).
+        if alive "$(pid_of "$p")" && [ -z "$(in_removed "$p")" ]; then
+            got=$(cli "$p" cluster slots 2>/dev/null | tr -d '\r' | grep -E '^[0-9a-f]{40}$' |
+                sort -u | wc -l || true)
+            break
+        fi
+    done
+    if [ "$got" != "$want" ]; then
+        echo "CLUSTER SLOTS lists $got nodes, $want expected (a replica not yet announced)"
+        return 1
+    fi
+    # A killed node must be seen as failed by everyone (all views are equal
+    # by now) and serve no slot: its replica has taken over.
+    i=0
+    for p in "${ports[@]}"; do
+        local pid=${pids[$i]}
+        i=$((i + 1))
+        alive "$pid" && continue
+        [ -z "$(in_removed "$p")" ] || continue
+        local id
+        id=$(conf_id "$p")
+        [ -n "$id" ] || continue
+        if ! awk -v id="$id" '$1 == id && $4 == "FAIL" && NF == 4 { ok = 1 } END { exit !ok }' \
+            <<<"$first"; then
+            echo "killed node $p is not yet failed over"
+            return 1
+        fi
+    done
+    return 0
+}
+
+# A node's own id from its nodes.conf ("" if none yet).
+conf_id() {
+    awk '$3 ~ /myself/ { print $1; exit }' "$DIR/$1/nodes.conf" 2>/dev/null || true
+}
+
+wait_ok() {
+    local secs=${1:-30} deadline why=""
+    deadline=$(($(now_ms) + secs * 1000))
+    while :; do
+        if why=$(check_ok_once); then
+            return 0
+        fi
+        if [ "$(now_ms)" -ge "$deadline" ]; then
+            echo "cluster.sh: cluster not ok after ${secs}s: $why" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+node_id() {
+    local id
+    id=$(cli "$1" cluster myid 2>/dev/null | tr -d '\r')
+    [ ${#id} = 40 ] || die "no cluster id from port $1"
+    echo "$id"
+}
+
+cmd_start() {
+    local dir="" n i attempt
+    while [ $# -gt 0 ]; do
+        case "$1" in
+        --masters) MASTERS=${2:?}; shift 2 ;;
+        --replicas) REPLICAS=${2:?}; shift 2 ;;
+        --node-timeout) NODE_TIMEOUT=${2:?}; shift 2 ;;
+        --dir) dir=${2:?}; shift 2 ;;
+        --) shift; EXTRA_ARGS=("$@"); break ;;
+        *) die "start: unknown option $1" ;;
+        esac
+    done
+    [ "$MASTERS" -ge 3 ] || die "a cluster needs at least 3 masters"
+    command -v "$REDIS_SERVER" >/dev/null || die "redis-server not found ($REDIS_SERVER)"
+    command -v "$REDIS_CLI" >/dev/null || die "redis-cli not found ($REDIS_CLI)"
+    if [ -z "$dir" ]; then
+        dir=$(mktemp -d -t rcpipe-cluster.XXXXXX)
+    else
+        mkdir -p "$dir"
+        [ ! -e "$dir/cluster.env" ] || die "$dir already holds a cluster"
+    fi
+    DIR=$(cd "$dir" && pwd)
+    echo "cluster.sh: directory $DIR" >&2
+    n=$((MASTERS * (1 + REPLICAS)))
+    write_env
+    for ((i = 0; i < n; i++)); do
+        start_new_node || {
+            write_env
+            die "could not start node $((i + 1)) of $n (see $DIR)"
+        }
+        write_env
+    done
+    local -a addrs=()
+    local p
+    for p in $PORTS; do addrs+=("127.0.0.1:$p"); done
+    for attempt in 1 2; do
+        if timeout "$CREATE_TIMEOUT_S" "$REDIS_CLI" --cluster create "${addrs[@]}" \
+            --cluster-replicas "$REPLICAS" --cluster-yes >"$DIR/create.log" 2>&1; then
+            break
+        fi
+        [ "$attempt" = 2 ] && {
+            tail -n 20 "$DIR/create.log" >&2
+            die "redis-cli --cluster create failed (see $DIR/create.log)"
+        }
+        sleep 1
+    done
+    wait_ok 30 || die "the new cluster did not become ok"
+    read -r -a addrs <<<"$PORTS"
+    echo "127.0.0.1:${addrs[0]}"
+}
+
+cmd_stop() {
+    local d=${1:?cluster directory}
+    [ -f "$d/cluster.env" ] || die "$d/cluster.env not found: not a cluster directory"
+    load_env "$d"
+    local -a ports pids
+    local i=0 p rc=0
+    read -r -a ports <<<"$PORTS"
+    read -r -a pids <<<"$PIDS"
+    # TERM all first, then wait: stopping in parallel keeps this short.
+    for p in "${ports[@]}"; do
+        if is_our_server "${pids[$i]}" "$p"; then
+            kill -CONT "${pids[$i]}" 2>/dev/null || true
+            kill -TERM "${pids[$i]}" 2>/dev/null || true
+        fi
+        i=$((i + 1))
+    done
+    i=0
+    for p in "${ports[@]}"; do
+        stop_pid "${pids[$i]}" "$p" || rc=1
+        i=$((i + 1))
+    done
+    if [ "${RCP_CLUSTER_KEEP:-0}" = 0 ]; then
+        rm -rf "${DIR:?}"
+    fi
+    return "$rc"
+}
+
+cmd_kill() {
+    local port=${2:?port} pid i
+    load_env "${1:?}"
+    pid=$(pid_of "$port")
+    [ -n "$pid" ] || die "port $port is not a node of this cluster"
+    if is_our_server "$pid" "$port"; then
+        kill -KILL "$pid"
+        for ((i = 0; i < 200; i++)); do
+            alive "$pid" || break
+            sleep 0.025
+        done
+        alive "$pid" && die "pid $pid did not die"
+    fi
+    set_pid "$port" 0
+    write_env
+}
+
+cmd_restart() {
+    local port=${2:?port} pid rc attempt
+    load_env "${1:?}"
+    pid=$(pid_of "$port")
+    [ -n "$pid" ] || die "port $port is not a node of this cluster"
+    if is_our_server "$pid" "$port"; then
+        die "node $port (pid $pid) is still running"
+    fi
+    # The port may still be held for a moment by the dead process's sockets.
+    for attempt in 1 2 3 4 5 6 7 8 9 10; do
+        pid=$(spawn_node "$port")
+        rc=0
+        wait_ping "$port" "$pid" || rc=$?
+        if [ "$rc" = 0 ]; then
+            set_pid "$port" "$pid"
+            write_env
+            echo "$pid"
+            return 0
+        fi
+        kill -9 "$pid" 2>/dev/null || true
+        [ "$rc" = 1 ] || break
+        echo "cluster.sh: restart of $port failed (attempt $attempt), retrying" >&2
+        sleep 0.5
+    done
+    tail -n 10 "$DIR/$port/redis.log" >&2 || true
+    die "could not restart node $port"
+}
+
+# After a failed reshard/rebalance: close slots left open (importing /
+# migrating) so that the cluster is consistent again.
+fix_cluster() {
+    local entry
+    entry=$(first_live_port)
+    echo "cluster.sh: running redis-cli --cluster fix" >&2
+    timeout "$RESHARD_TIMEOUT_S" "$REDIS_CLI" --cluster fix "127.0.0.1:$entry" --cluster-yes \
+        >>"$DIR/fix.log" 2>&1 || true
+    wait_ok 30 || true
+}
+
+# Rebalance is idempotent (it computes the moves from the current state),
+# so a failed one is fixed up and tried once more.
+rebalance_with_retry() {
+    local entry=$1 attempt
+    shift
+    for attempt in 1 2; do
+        if timeout "$RESHARD_TIMEOUT_S" "$REDIS_CLI" --cluster rebalance "127.0.0.1:$entry" \
+            "$@" >>"$DIR/rebalance.log" 2>&1; then
+            return 0
+        fi
+        tail -n 20 "$DIR/rebalance.log" >&2
+        fix_cluster
+        [ "$attempt" = 2 ] || echo "cluster.sh: retrying the rebalance" >&2
+    done
+    return 1
+}
+
+cmd_reshard() {
+    local from=${2:?from port} to=${3:?to port} n=${4:?slot count} fid tid
+    load_env "${1:?}"
+    [ -n "$(pid_of "$from")" ] || die "$from is not a node of this cluster"
+    [ -n "$(pid_of "$to")" ] || die "$to is not a node of this cluster"
+    wait_ok 30 || die "cluster not ok before reshard"
+    fid=$(node_id "$from")
+    tid=$(node_id "$to")
+    if ! timeout "$RESHARD_TIMEOUT_S" "$REDIS_CLI" --cluster reshard "127.0.0.1:$from" \
+        --cluster-from "$fid" --cluster-to "$tid" --cluster-slots "$n" \
+        --cluster-yes >>"$DIR/reshard.log" 2>&1; then
+        tail -n 20 "$DIR/reshard.log" >&2
+        fix_cluster
+        die "redis-cli --cluster reshard failed (see $DIR/reshard.log)"
+    fi
+    wait_ok 30 || die "cluster not ok after reshard"
+}
+
+cmd_rebalance() {
+    local d=${1:?} first
+    shift
+    load_env "$d"
+    wait_ok 30 || die "cluster not ok before rebalance"
+    first=$(first_live_port)
+    rebalance_with_retry "$first" "$@" ||
+        die "redis-cli --cluster rebalance failed (see $DIR/rebalance.log)"
+    wait_ok 30 || die "cluster not ok after rebalance"
+}
+
+first_live_port() {
+    local -a ports pids
+    local i=0 p
+    read -r -a ports <<<"$PORTS"
+    read -r -a pids <<<"$PIDS"
+    for p in "${ports[@]}"; do
+        if alive "${pids[$i]}" && [ -z "$(in_removed "$p")" ]; then
+            echo "$p"
+            return 0
+        fi
+        i=$((i + 1))
+    done
+    die "no live node"
+}
+
+# Nodes removed with del-node are listed in DIR/removed; wait-ok and the
+# choice of an entry node skip them.
+in_removed() {
+    if [ -f "$DIR/removed" ] && grep -qx "$1" "$DIR/removed"; then
+        echo yes
+    fi
+}
+
+cmd_add_node() {
+    local d=${1:?} master=${2:-} port entry
+    load_env "$d"
+    wait_ok 30 || die "cluster not ok before add-node"
+    entry=$(first_live_port)
+    start_new_node || die "could not start a new node"
+    port=$NEW_PORT
+    write_env
+    if [ -n "$master" ]; then
+        timeout 60 "$REDIS_CLI" --cluster add-node "127.0.0.1:$port" "127.0.0.1:$entry" \
+            --cluster-slave --cluster-master-id "$(node_id "$master")" \
+            >>"$DIR/add-node.log" 2>&1 || die "add-node failed (see $DIR/add-node.log)"
+    else
+        timeout 60 "$REDIS_CLI" --cluster add-node "127.0.0.1:$port" "127.0.0.1:$entry" \
+            >>"$DIR/add-node.log" 2>&1 || die "add-node failed (see $DIR/add-node.log)"
+    fi
+    wait_ok 30 || die "cluster not ok after add-node"
+    echo "$port"
+}
+
+cmd_del_node() {
+    local d=${1:?} port=${2:?port} id entry nslots
+    load_env "$d"
+    [ -n "$(pid_of "$port")" ] || die "$port is not a node of this cluster"
+    wait_ok 30 || die "cluster not ok before del-node"
+    id=$(node_id "$port")
+    nslots=$(cli "$port" cluster nodes | awk '$3 ~ /myself/ {
+        n = 0
+        for (i = 9; i <= NF; i++) {
+            if ($i ~ /^\[/) continue
+            k = split($i, r, "-")
+            n += (k == 2) ? r[2] - r[1] + 1 : 1
+        }
+        print n }')
+    if [ "${nslots:-0}" -gt 0 ]; then
+        rebalance_with_retry "$port" --cluster-weight "$id=0" ||
+            die "moving the slots of $port away failed (see $DIR/rebalance.log)"
+        wait_ok 30 || die "cluster not ok after emptying $port"
+    fi
+    echo "$port" >>"$DIR/removed"
+    entry=$(first_live_port)
+    timeout 60 "$REDIS_CLI" --cluster del-node "127.0.0.1:$entry" "$id" \
+        >>"$DIR/del-node.log" 2>&1 || die "del-node failed (see $DIR/del-node.log)"
+    wait_ok 30 || die "cluster not ok after del-node"
+}
+
+cmd_nodes() {
+    load_env "${1:?}"
+    local -a ports pids
+    local i=0 p role
+    read -r -a ports <<<"$PORTS"
+    read -r -a pids <<<"$PIDS"
+    for p in "${ports[@]}"; do
+        role=down
+        if alive "${pids[$i]}"; then
+            role=$(cli "$p" role 2>/dev/null | head -n 1 | tr -d '\r' || true)
+            [ -n "$role" ] || role=down
+        fi
+        echo "$p ${pids[$i]} $role"
+        i=$((i + 1))
+    done
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+start) cmd_start "$@" ;;
+stop) cmd_stop "$@" ;;
+wait-ok)
+    load_env "${1:?cluster directory}"
+    wait_ok "${2:-30}"
+    ;;
+reshard) cmd_reshard "$@" ;;
+rebalance) cmd_rebalance "$@" ;;
+add-node) cmd_add_node "$@" ;;
+del-node) cmd_del_node "$@" ;;
+kill) cmd_kill "$@" ;;
+restart) cmd_restart "$@" ;;
+nodes) cmd_nodes "$@" ;;
+myid)
+    load_env "${1:?cluster directory}"
+    node_id "${2:?port}"
+    ;;
+*)
+    sed -n '2,40p' "$0" >&2
+    exit 2
+    ;;
+esac
