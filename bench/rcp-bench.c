@@ -1,9 +1,15 @@
 /* rcp-bench: N application threads, each a synchronous caller doing one
- * request at a time, against one Redis node.
+ * request at a time, against one Redis node or a Redis Cluster.
  *
- * --client rcpipe: all threads share ONE rcp_conn (implicit pipelining).
+ * --client rcpipe: all threads share ONE rcp_conn (implicit pipelining), or
+ * in cluster mode ONE rcp_cluster handle.
  * --client classic: the request/response baseline, one blocking hiredis
- * connection per thread.
+ * connection per thread (in cluster mode, per thread and master, opened when
+ * first needed, routed by the bench's own slot table from CLUSTER SLOTS).
+ *
+ * Cluster mode is detected from INFO (cluster_enabled:1) or forced with
+ * --cluster-mode; -s may name any node. Server CPU is then summed over the
+ * masters (replicas are reported separately).
  *
  * Besides throughput and latency percentiles it reports what each command
  * costs: server CPU (from INFO before and after the timed phase), client
@@ -35,6 +41,7 @@
 #include "rcpipe.h"
 
 #include "hist.h"
+#include "slotmap.h"
 
 #if defined(__GNUC__)
 #define BENCH_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -78,6 +85,9 @@ typedef struct config {
     const char *password;
     const char *user;
     bool progress;
+    bool cluster_forced; /* --cluster-mode */
+    int read_policy;     /* rcp_read_policy; -1: not given */
+    bool cluster;        /* decided at run time: forced or cluster_enabled:1 */
 } config;
 
 struct bench;
@@ -87,6 +97,8 @@ typedef struct worker {
     unsigned index;
     pthread_t tid;
     redisContext *rc;       /* classic only */
+    redisContext **conns;   /* classic, cluster mode: per slot-map node, lazily */
+    uint64_t moved, ask;    /* classic, cluster mode: redirects followed */
     bool connect_failed;
     bool broken;            /* classic: the connection failed mid-run */
     _Atomic uint64_t done;  /* requests completed, read by the progress line */
@@ -99,6 +111,8 @@ typedef struct worker {
 typedef struct bench {
     const config *cfg;
     rcp_conn *conn; /* rcpipe only */
+    rcp_cluster *cluster; /* rcpipe, cluster mode */
+    slotmap *map;   /* cluster mode */
     char *value;    /* data_size bytes of a fixed pattern */
     atomic_bool stop;
     pthread_barrier_t ready, go;
@@ -111,7 +125,14 @@ typedef struct bench {
 typedef struct server_info {
     double cpu_user, cpu_sys; /* seconds */
     uint64_t commands;        /* total_commands_processed */
+    bool cluster_enabled;
 } server_info;
+
+/* INFO over the cluster: masters summed, replicas summed separately. */
+typedef struct cluster_info {
+    server_info masters, replicas;
+    bool replicas_ok;
+} cluster_info;
 
 static volatile sig_atomic_t interrupted;
 static const char *hang_reason; /* set by supervise when the run hung */
@@ -208,12 +229,15 @@ static void usage(FILE *f)
         "Usage: " PROG " [options]\n"
         "\n"
         "N application threads, each doing one synchronous request at a time,\n"
-        "against one Redis server. --client rcpipe shares ONE rcpipe connection\n"
-        "between all threads (implicit pipelining); --client classic gives each\n"
-        "thread its own blocking hiredis connection (request/response baseline).\n"
+        "against one Redis server or a Redis Cluster. --client rcpipe shares ONE\n"
+        "rcpipe connection (in cluster mode ONE rcp_cluster handle) between all\n"
+        "threads (implicit pipelining); --client classic gives each thread its own\n"
+        "blocking hiredis connection, per master in cluster mode (request/response\n"
+        "baseline).\n"
         "\n"
         "Connection:\n"
-        "  -s, --server HOST:PORT   server address (default 127.0.0.1:6379)\n"
+        "  -s, --server HOST:PORT   server address, in cluster mode any node (the seed)\n"
+        "                           (default 127.0.0.1:6379)\n"
         "  -p, --port PORT          server port (overrides the one in --server)\n"
         "  -a, --auth PASSWORD      AUTH password\n"
         "      --user USER          ACL user name for AUTH (needs --auth)\n"
@@ -240,6 +264,14 @@ static void usage(FILE *f)
         "      --progress           progress line on stderr every second even when\n"
         "                           stderr is not a terminal\n"
         "  -h, --help               this text\n"
+        "\n"
+        "Cluster:\n"
+        "  Cluster mode is used when the server's INFO says cluster_enabled:1.\n"
+        "      --cluster-mode       use cluster mode even so (fails if not a cluster)\n"
+        "      --read-policy P      rcpipe: master (default), prefer-replica or\n"
+        "                           master-and-replicas\n"
+        "  Server CPU us/op is then summed over the masters; the replicas' CPU is\n"
+        "  reported on its own.\n"
         "\n"
         "Exit status: 0 on success, 1 when connecting failed or any request got\n"
         "an error, 2 on bad options.\n");
@@ -334,8 +366,19 @@ enum {
     OPT_IO_THREADS,
     OPT_NO_FAST_PATH,
     OPT_USER,
-    OPT_PROGRESS
+    OPT_PROGRESS,
+    OPT_CLUSTER_MODE,
+    OPT_READ_POLICY
 };
+
+static const char *read_policy_name(int p)
+{
+    switch (p) {
+    case RCP_READ_PREFER_REPLICA: return "prefer-replica";
+    case RCP_READ_MASTER_AND_REPLICAS: return "master-and-replicas";
+    default: return "master";
+    }
+}
 
 static void parse_args(config *cfg, int argc, char **argv)
 {
@@ -359,6 +402,8 @@ static void parse_args(config *cfg, int argc, char **argv)
         {"no-fast-path", no_argument, NULL, OPT_NO_FAST_PATH},
         {"json-out-file", required_argument, NULL, OPT_JSON},
         {"progress", no_argument, NULL, OPT_PROGRESS},
+        {"cluster-mode", no_argument, NULL, OPT_CLUSTER_MODE},
+        {"read-policy", required_argument, NULL, OPT_READ_POLICY},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -377,6 +422,7 @@ static void parse_args(config *cfg, int argc, char **argv)
     cfg->key_prefix = "memtier-";
     cfg->test_time_s = 10;
     cfg->client = CLIENT_RCPIPE;
+    cfg->read_policy = -1;
 
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":s:p:a:t:d:n:h", longopts, NULL)) != -1) {
@@ -413,6 +459,18 @@ static void parse_args(config *cfg, int argc, char **argv)
         case OPT_NO_FAST_PATH: cfg->no_fast_path = true; break;
         case OPT_JSON: cfg->json_out = optarg; break;
         case OPT_PROGRESS: cfg->progress = true; break;
+        case OPT_CLUSTER_MODE: cfg->cluster_forced = true; break;
+        case OPT_READ_POLICY:
+            if (strcmp(optarg, "master") == 0)
+                cfg->read_policy = RCP_READ_MASTER_ONLY;
+            else if (strcmp(optarg, "prefer-replica") == 0)
+                cfg->read_policy = RCP_READ_PREFER_REPLICA;
+            else if (strcmp(optarg, "master-and-replicas") == 0)
+                cfg->read_policy = RCP_READ_MASTER_AND_REPLICAS;
+            else
+                die_usage("--read-policy: expected master, prefer-replica or "
+                          "master-and-replicas, got '%s'", optarg);
+            break;
         case 'h': usage(stdout); exit(0);
         case ':': die_usage("option '%s' needs an argument", argv[optind - 1]);
         default:
@@ -433,52 +491,27 @@ static void parse_args(config *cfg, int argc, char **argv)
     if (cfg->client == CLIENT_CLASSIC &&
         (cfg->batch_delay_set || cfg->io_threads_set || cfg->no_fast_path))
         die_usage("--batch-delay-us, --io-threads and --no-fast-path apply to --client rcpipe only");
+    if (cfg->client == CLIENT_CLASSIC && cfg->read_policy > RCP_READ_MASTER_ONLY)
+        die_usage("--read-policy %s applies to --client rcpipe only (classic reads masters)",
+                  read_policy_name(cfg->read_policy));
     if (!cfg->progress)
         cfg->progress = isatty(STDERR_FILENO);
 }
 
 /* ------------------------------------------------- hiredis side channels */
 
-/* A blocking hiredis connection, authenticated. NULL on failure with a
- * message in err. */
+/* A blocking hiredis connection to host:port, authenticated. NULL on
+ * failure with a message in err. */
+static redisContext *hiredis_connect_to(const config *cfg, const char *host, int port, char *err,
+                                        size_t errlen)
+{
+    return sm_connect(host, port, cfg->user, cfg->password, CLASSIC_IO_TIMEOUT_S, err, errlen);
+}
+
+/* The same to the -s server. */
 static redisContext *hiredis_connect(const config *cfg, char *err, size_t errlen)
 {
-    struct timeval tv = {CONNECT_TIMEOUT_S, 0};
-    redisContext *rc = redisConnectWithTimeout(cfg->host, cfg->port, tv);
-    redisReply *r;
-
-    if (!rc) {
-        snprintf(err, errlen, "cannot connect to %s:%d: out of memory", cfg->host, cfg->port);
-        return NULL;
-    }
-    if (rc->err) {
-        snprintf(err, errlen, "cannot connect to %s:%d: %s", cfg->host, cfg->port, rc->errstr);
-        redisFree(rc);
-        return NULL;
-    }
-    if (cfg->password) {
-        const char *argv[3];
-        int argc = 0;
-
-        argv[argc++] = "AUTH";
-        if (cfg->user)
-            argv[argc++] = cfg->user;
-        argv[argc++] = cfg->password;
-        r = redisCommandArgv(rc, argc, argv, NULL);
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            snprintf(err, errlen, "AUTH on %s:%d failed: %s", cfg->host, cfg->port,
-                     r ? r->str : rc->errstr);
-            if (r)
-                freeReplyObject(r);
-            redisFree(rc);
-            return NULL;
-        }
-        freeReplyObject(r);
-    }
-    /* The run must stop by itself even if the server hangs. */
-    tv.tv_sec = CLASSIC_IO_TIMEOUT_S;
-    redisSetTimeout(rc, tv);
-    return rc;
+    return hiredis_connect_to(cfg, cfg->host, cfg->port, err, errlen);
 }
 
 /* Value of "name:value" in an INFO text, NULL if absent. Matches the whole
@@ -498,18 +531,19 @@ static const char *info_field(const char *text, const char *name)
     return NULL;
 }
 
-static bool server_info_read(const config *cfg, server_info *out, char *err, size_t errlen)
+static bool server_info_read_at(const config *cfg, const char *host, int port, server_info *out,
+                                char *err, size_t errlen)
 {
-    redisContext *rc = hiredis_connect(cfg, err, errlen);
+    redisContext *rc = hiredis_connect_to(cfg, host, port, err, errlen);
     redisReply *r;
-    const char *u, *s, *c;
+    const char *u, *s, *c, *ce;
     const char *argv[1] = {"INFO"};
 
     if (!rc)
         return false;
     r = redisCommandArgv(rc, 1, argv, NULL);
     if (!r || r->type != REDIS_REPLY_STRING) {
-        snprintf(err, errlen, "INFO on %s:%d failed: %s", cfg->host, cfg->port,
+        snprintf(err, errlen, "INFO on %s:%d failed: %s", host, port,
                  r ? (r->str ? r->str : "unexpected reply type") : rc->errstr);
         if (r)
             freeReplyObject(r);
@@ -521,7 +555,7 @@ static bool server_info_read(const config *cfg, server_info *out, char *err, siz
     c = info_field(r->str, "total_commands_processed");
     if (!u || !s || !c) {
         snprintf(err, errlen, "INFO on %s:%d lacks used_cpu_user, used_cpu_sys or "
-                 "total_commands_processed", cfg->host, cfg->port);
+                 "total_commands_processed", host, port);
         freeReplyObject(r);
         redisFree(rc);
         return false;
@@ -529,9 +563,61 @@ static bool server_info_read(const config *cfg, server_info *out, char *err, siz
     out->cpu_user = strtod(u, NULL);
     out->cpu_sys = strtod(s, NULL);
     out->commands = strtoull(c, NULL, 10);
+    ce = info_field(r->str, "cluster_enabled");
+    out->cluster_enabled = ce && *ce == '1';
     freeReplyObject(r);
     redisFree(rc);
     return true;
+}
+
+static bool server_info_read(const config *cfg, server_info *out, char *err, size_t errlen)
+{
+    return server_info_read_at(cfg, cfg->host, cfg->port, out, err, errlen);
+}
+
+/* INFO from every master and replica of the map as first read (the
+ * topology is assumed stable during a run). false if a master failed; a
+ * failed replica only clears replicas_ok (and is said on stderr). */
+static bool cluster_info_read(const config *cfg, slotmap *m, cluster_info *out, char *err,
+                              size_t errlen)
+{
+    unsigned n = atomic_load(&m->nnodes), i;
+
+    memset(out, 0, sizeof(*out));
+    out->replicas_ok = true;
+    for (i = 0; i < n; i++) {
+        const sm_node *nd = &m->nodes[i];
+        bool master = atomic_load(&nd->master);
+        server_info si;
+        server_info *sum = master ? &out->masters : &out->replicas;
+
+        if (!master && !atomic_load(&nd->replica))
+            continue;
+        if (!server_info_read_at(cfg, nd->host, nd->port, &si, err, errlen)) {
+            if (master)
+                return false;
+            fprintf(stderr, PROG ": replica: %s\n", err);
+            out->replicas_ok = false;
+            continue;
+        }
+        sum->cpu_user += si.cpu_user;
+        sum->cpu_sys += si.cpu_sys;
+        sum->commands += si.commands;
+    }
+    return true;
+}
+
+static void count_roles(slotmap *m, unsigned *masters, unsigned *replicas)
+{
+    unsigned n = atomic_load(&m->nnodes), i;
+
+    *masters = *replicas = 0;
+    for (i = 0; i < n; i++) {
+        if (atomic_load(&m->nodes[i].master))
+            (*masters)++;
+        else if (atomic_load(&m->nodes[i].replica))
+            (*replicas)++;
+    }
 }
 
 /* SET every key in [key_min, key_max] on a pipelined hiredis connection,
@@ -582,6 +668,76 @@ static void preload(const config *cfg, const char *value)
     fprintf(stderr, PROG ": preloaded in %.2f s\n", (double)(now_ns() - t0) / 1e9);
     free(key);
     redisFree(rc);
+}
+
+/* Cluster mode: each SET goes to its slot's master, pipelined per node,
+ * PRELOAD_CHUNK commands per round (spread over the nodes). */
+static void preload_cluster(const config *cfg, slotmap *m, const char *value)
+{
+    char err[512];
+    redisContext *rcs[SLOTMAP_MAX_NODES] = {NULL};
+    unsigned pending[SLOTMAP_MAX_NODES];
+    size_t plen = strlen(cfg->key_prefix);
+    char *key = malloc(plen + 21);
+    uint64_t k = cfg->key_min, total = cfg->key_max - cfg->key_min + 1;
+    uint64_t t0 = now_ns();
+    bool last = false;
+    unsigned i, nodes_used = 0;
+
+    if (!key)
+        die_run("preload: out of memory");
+    memcpy(key, cfg->key_prefix, plen);
+    fprintf(stderr, PROG ": preloading %" PRIu64 " keys of %zu bytes over the cluster...\n",
+            total, cfg->data_size);
+    while (!last) {
+        unsigned n;
+
+        memset(pending, 0, sizeof(pending));
+        for (n = 0; n < PRELOAD_CHUNK && !last; n++, k++) {
+            const char *argv[3] = {"SET", key, value};
+            size_t argvlen[3] = {3, 0, cfg->data_size};
+            int node;
+
+            argvlen[1] = plen + u64_to_dec(k, key + plen);
+            node = slotmap_node_of(m, rcp_keyslot(key, argvlen[1]));
+            if (node < 0)
+                die_run("preload: slot %u is not served by any node",
+                        rcp_keyslot(key, argvlen[1]));
+            if (!rcs[node]) {
+                rcs[node] = hiredis_connect_to(cfg, m->nodes[node].host, m->nodes[node].port,
+                                               err, sizeof(err));
+                if (!rcs[node])
+                    die_run("preload: %s", err);
+                nodes_used++;
+            }
+            if (redisAppendCommandArgv(rcs[node], 3, argv, argvlen) != REDIS_OK)
+                die_run("preload: out of memory");
+            pending[node]++;
+            if (k == cfg->key_max)
+                last = true;
+        }
+        for (i = 0; i < SLOTMAP_MAX_NODES; i++) {
+            for (; pending[i]; pending[i]--) {
+                void *vr = NULL;
+                redisReply *r;
+
+                if (redisGetReply(rcs[i], &vr) != REDIS_OK)
+                    die_run("preload: connection to %s:%d failed: %s", m->nodes[i].host,
+                            m->nodes[i].port, rcs[i]->errstr);
+                r = vr;
+                if (r->type == REDIS_REPLY_ERROR)
+                    die_run("preload: SET on %s:%d failed: %s (is the cluster stable?)",
+                            m->nodes[i].host, m->nodes[i].port, r->str);
+                freeReplyObject(r);
+            }
+        }
+    }
+    fprintf(stderr, PROG ": preloaded in %.2f s (%u masters)\n",
+            (double)(now_ns() - t0) / 1e9, nodes_used);
+    free(key);
+    for (i = 0; i < SLOTMAP_MAX_NODES; i++)
+        if (rcs[i])
+            redisFree(rcs[i]);
 }
 
 /* --------------------------------------------------------------- workers */

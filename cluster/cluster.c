@@ -315,6 +315,16 @@ static void emit(struct rcp_cluster *cl, int type, int err, const char *msg)
     cl->opt.event_cb(&ev, cl->opt.event_data);
 }
 
+static void node_event(const rcp_event *ev, void *data)
+{
+    struct rcp_cluster *cl = data;
+    if ((ev->type == RCP_EVENT_DISCONNECTED || ev->type == RCP_EVENT_CONNECT_FAILED) &&
+        ev->err != RCP_ERR_CLOSED && !atomic_load(&cl->closing))
+        want_refresh(cl);
+    if (cl->opt.event_cb)
+        cl->opt.event_cb(ev, cl->opt.event_data);
+}
+
 static const char slots_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 
 /* Ask one node for CLUSTER SLOTS; 0 and a table, or -1 with a reason. */
@@ -563,8 +573,12 @@ static int decide(struct rcp_cluster *cl, req *rq, rcp__node *asked, const rcp_r
             stat_add(&cl->st.io, 1);
             *delay_ns = backoff;
             return ACT_LATER;
+        case RCP_ERR_TIMEOUT:
+            /* A node that does not answer may have failed: look again. */
+            want_refresh(cl);
+            return ACT_DONE;
         default:
-            return ACT_DONE; /* timeout, queue full, too large...: the caller's */
+            return ACT_DONE; /* queue full, too large...: the caller's */
         }
     }
 
@@ -1191,10 +1205,10 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
     cl->node_opt.username = cl->node_user;
     cl->node_opt.password = cl->node_pass;
     cl->node_opt.client_name = cl->node_name;
-    if (!cl->node_opt.event_cb) {
-        cl->node_opt.event_cb = o->event_cb;
-        cl->node_opt.event_data = o->event_data;
-    }
+    /* Node connection events go through us: a lost connection is a
+     * topology signal. They are passed on to the caller's callback. */
+    cl->node_opt.event_cb = node_event;
+    cl->node_opt.event_data = cl;
     pthread_mutex_init(&cl->reg_mu, NULL);
     pthread_mutex_init(&cl->wmu, NULL);
     pthread_condattr_init(&ca);

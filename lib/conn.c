@@ -416,6 +416,9 @@ static void start_connect(struct rcp_conn *c)
     char port[16], cause[256];
     int rv, fd = -1, err = 0;
 
+    pthread_mutex_lock(&c->mu);
+    c->attempts++;
+    pthread_mutex_unlock(&c->mu);
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -1168,7 +1171,9 @@ static int wait_room(struct rcp_conn *c, size_t len, unsigned nslots, uint64_t d
         size_t pend = c->pend_len - c->pend_off;
         if (c->closing || c->state == RCP__ST_CLOSED)
             return RCP_ERR_CLOSED;
-        if (c->state == RCP__ST_DISCONNECTED)
+        /* A new connection that has not tried yet queues (it connects on
+         * the loop's next pass); one waiting to reconnect fails fast. */
+        if (c->state == RCP__ST_DISCONNECTED && c->attempts)
             return RCP_ERR_NOT_SENT;
         if (c->tail - c->head + nslots <= c->opt.max_inflight &&
             (pend == 0 || pend + len <= c->opt.max_pending_bytes))

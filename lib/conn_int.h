@@ -78,6 +78,7 @@ struct rcp_conn {
     int open_result;      /* -1 while the first connect is pending */
     char open_msg[600];
     int ever_connected;
+    unsigned attempts;    /* connect attempts started */
     uint64_t hs_end;      /* ring counter ending the handshake slots */
     int hs_failed;
     char hs_msg[300];
