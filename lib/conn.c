@@ -250,7 +250,6 @@ static void conn_fail(struct rcp_conn *c, int code, const char *cause)
         stat_add(&c->st.disconnects, 1);
     if (closing) {
         c->state = RCP__ST_CLOSED;
-        c->closed = 1;
     } else {
         c->state = RCP__ST_DISCONNECTED;
         c->reconnect_at = rcp__now_ns() + ms_to_ns(next_backoff(c));
@@ -282,8 +281,15 @@ static void conn_fail(struct rcp_conn *c, int code, const char *cause)
         emit(c, RCP_EVENT_DISCONNECTED, code, cause);
     else if (code != RCP_ERR_CLOSED)
         emit(c, RCP_EVENT_CONNECT_FAILED, code, cause);
-    if (closing)
+    if (closing) {
         emit(c, RCP_EVENT_CLOSED, RCP_ERR_CLOSED, "handle closed");
+        /* Only now may rcp_conn_close free the handle: the futures and
+         * events above still used it. */
+        pthread_mutex_lock(&c->mu);
+        c->closed = 1;
+        pthread_cond_broadcast(&c->state_cv);
+        pthread_mutex_unlock(&c->mu);
+    }
 }
 
 /* Loop thread: resolve requests whose deadline passed. */
@@ -333,45 +339,68 @@ static void hs_resolve(rcp_future *f, rcp_reply *r)
     }
 }
 
-/* Mutex held, ring empty. Queue AUTH / CLIENT SETNAME ahead of everything. */
+/* Mutex held, nothing written yet on this connection. Put AUTH, CLIENT
+ * SETNAME and READONLY in front of everything: requests may already be
+ * queued (a new connection accepts them before its first connect), and
+ * none of them may reach the server before the handshake. */
 static int queue_handshake(struct rcp_conn *c)
 {
     const char *argv[3];
-    int argc = 0, k = 0;
-    size_t len;
+    char buf[1200];
+    size_t lens[3], total = 0, used, i;
+    int argc, k = 0, n;
+    uint64_t j;
+
     if (c->password) {
+        argc = 0;
         argv[argc++] = "AUTH";
         if (c->username)
             argv[argc++] = c->username;
         argv[argc++] = c->password;
-        len = rcp__format_len(argc, argv, NULL);
-        if (pend_reserve(c, len) < 0)
+        lens[k] = rcp__format_len(argc, argv, NULL);
+        if (total + lens[k] > sizeof buf)
             return -1;
-        rcp__format_write(c->pend + c->pend_len, argc, argv, NULL);
-        c->pend_len += len;
-        push_slot(c, &c->hs[k++].f, 0, len);
+        rcp__format_write(buf + total, argc, argv, NULL);
+        total += lens[k++];
     }
     if (c->client_name) {
         argv[0] = "CLIENT";
         argv[1] = "SETNAME";
         argv[2] = c->client_name;
-        len = rcp__format_len(3, argv, NULL);
-        if (pend_reserve(c, len) < 0)
+        lens[k] = rcp__format_len(3, argv, NULL);
+        if (total + lens[k] > sizeof buf)
             return -1;
-        rcp__format_write(c->pend + c->pend_len, 3, argv, NULL);
-        c->pend_len += len;
-        push_slot(c, &c->hs[k++].f, 0, len);
+        rcp__format_write(buf + total, 3, argv, NULL);
+        total += lens[k++];
     }
     if (c->readonly) {
         argv[0] = "READONLY";
-        len = rcp__format_len(1, argv, NULL);
-        if (pend_reserve(c, len) < 0)
-            return -1;
-        rcp__format_write(c->pend + c->pend_len, 1, argv, NULL);
-        c->pend_len += len;
-        push_slot(c, &c->hs[k++].f, 0, len);
+        lens[k] = rcp__format_len(1, argv, NULL);
+        rcp__format_write(buf + total, 1, argv, NULL);
+        total += lens[k++];
     }
-    c->hs_end = c->tail;
+    n = k;
+    if (n) {
+        /* Bytes: the handshake first, then what was queued. */
+        if (pend_reserve(c, total) < 0)
+            return -1;
+        used = c->pend_len - c->pend_off;
+        memmove(c->pend + c->pend_off + total, c->pend + c->pend_off, used);
+        memcpy(c->pend + c->pend_off, buf, total);
+        c->pend_len += total;
+        /* Slots: shift the queued ones back by n (the ring has room: its
+         * size leaves space for the handshake beyond max_inflight). */
+        for (j = c->tail; j > c->head; j--)
+            c->ring[(j - 1 + (uint64_t)n) & c->mask] = c->ring[(j - 1) & c->mask];
+        for (i = 0; i < (size_t)n; i++) {
+            rcp__slot *sl = &c->ring[(c->head + i) & c->mask];
+            sl->f = &c->hs[i].f;
+            sl->deadline = 0;
+            sl->len = lens[i];
+        }
+        c->tail += (uint64_t)n;
+    }
+    c->hs_end = c->head + (uint64_t)n;
     c->hs_failed = 0;
     return 0;
 }
@@ -416,8 +445,13 @@ static void start_connect(struct rcp_conn *c)
     char port[16], cause[256];
     int rv, fd = -1, err = 0;
 
+    /* From here the connection is "connecting": senders queue behind the
+     * handshake instead of being refused. */
     pthread_mutex_lock(&c->mu);
     c->attempts++;
+    c->state = RCP__ST_CONNECTING;
+    c->connect_deadline = rcp__now_ns() + ms_to_ns(c->opt.connect_timeout_ms);
+    set_timer(c, c->connect_deadline);
     pthread_mutex_unlock(&c->mu);
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
@@ -450,9 +484,6 @@ static void start_connect(struct rcp_conn *c)
     }
     pthread_mutex_lock(&c->mu);
     c->fd = fd;
-    c->state = RCP__ST_CONNECTING;
-    c->connect_deadline = rcp__now_ns() + ms_to_ns(c->opt.connect_timeout_ms);
-    set_timer(c, c->connect_deadline);
     if (queue_handshake(c) < 0) {
         pthread_mutex_unlock(&c->mu);
         conn_fail(c, RCP_ERR_CONNECT, "out of memory queueing the handshake");
@@ -986,7 +1017,7 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
     atomic_init(&c->timer_at, UINT64_MAX);
     c->loop = loop;
     c->rng = rcp__now_ns() ^ (uint64_t)(uintptr_t)c;
-    while (cap < o->max_inflight)
+    while (cap < (uint64_t)o->max_inflight + 4) /* + the handshake's slots */
         cap <<= 1;
     c->cap = cap;
     c->mask = cap - 1;
@@ -1147,8 +1178,12 @@ void rcp_conn_close(rcp_conn *c)
         pthread_mutex_unlock(&c->mu);
         usleep(1000);
     }
-    if (c->loop)
+    if (c->loop) {
         rcp__loop_detach(c->loop, c);
+        /* It may still sit on the loop's ready stack: let the loop drain
+         * it before the memory goes. */
+        rcp__loop_quiesce(c->loop);
+    }
     close_socket(c);
     conn_free(c);
 }

@@ -25,12 +25,15 @@ struct rcp__loop {
     atomic_int stop;
     atomic_int sleeping;
     _Atomic(struct rcp_conn *) ready;
+    atomic_ulong passes;     /* completed loop iterations */
+    atomic_int exited;
     pthread_mutex_t mu; /* guards conns */
     struct rcp_conn **conns;
     size_t nconns, capconns;
 };
 
 static _Thread_local int on_loop_thread;
+static _Thread_local rcp__loop *current_loop;
 
 int rcp__loop_on_thread(void)
 {
@@ -78,6 +81,7 @@ static void *loop_main(void *arg)
     rcp__loop *l = arg;
     struct epoll_event evs[64];
     on_loop_thread = 1;
+    current_loop = l;
     while (!atomic_load(&l->stop)) {
         int timeout, n, i;
         drain_ready(l);
@@ -97,7 +101,9 @@ static void *loop_main(void *arg)
             }
             rcp__conn_process(evs[i].data.ptr, evs[i].events);
         }
+        atomic_fetch_add(&l->passes, 1);
     }
+    atomic_store(&l->exited, 1);
     return NULL;
 }
 
@@ -136,6 +142,19 @@ static void poke(rcp__loop *l)
     uint64_t one = 1;
     if (write(l->evfd, &one, sizeof one) < 0) {
         /* EAGAIN: the counter is saturated, the loop is awake anyway */
+    }
+}
+
+void rcp__loop_quiesce(rcp__loop *l)
+{
+    unsigned long target;
+    if (!l || current_loop == l)
+        return;
+    /* Two passes: the one in progress may have started before the call. */
+    target = atomic_load(&l->passes) + 2;
+    while (atomic_load(&l->passes) < target && !atomic_load(&l->exited)) {
+        poke(l);
+        usleep(200);
     }
 }
 

@@ -28,6 +28,11 @@ int rcp__loop_rearm(rcp__loop *l, int fd, struct rcp_conn *c, int armed);
  * an eventfd write was made. */
 int rcp__loop_notify(rcp__loop *l, struct rcp_conn *c);
 
+/* Returns once the loop has finished a full pass that began after the
+ * call: anything queued for it before is done with. No-op on the loop's
+ * own thread or a stopped loop. */
+void rcp__loop_quiesce(rcp__loop *l);
+
 /* 1 on a loop thread (any loop). */
 int rcp__loop_on_thread(void);
 
