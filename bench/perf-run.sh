@@ -7,6 +7,10 @@
 # ratios rcpipe/classic taken within the same invocation.
 #
 #   bench/perf-run.sh PATH/TO/rcp-bench [options]
+#     --cluster            on a local cluster of 3 masters with 1 replica each
+#                          (tests/scripts/cluster.sh) instead of one node:
+#                          rcpipe is one rcp_cluster handle, classic a hiredis
+#                          connection per thread per master
 #     --test-time S        seconds per run (default 5)
 #     --threads "LIST"     thread counts (default "1 4 16 64")
 #     --reps N             repetitions of each pair (default 2)
@@ -14,11 +18,11 @@
 #                          (e.g. "--batch-delay-us 50 --no-fast-path")
 #     --keep DIR           keep every run's JSON and output in DIR
 #
-# Only the redis-server this script starts is ever stopped (by pid).
+# Only the redis-servers this script starts are ever stopped (by pid).
 set -euo pipefail
 
 usage() {
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -31,8 +35,10 @@ threads="1 4 16 64"
 reps=2
 rcpipe_args=""
 keep=""
+cluster=0
 while [ $# -gt 0 ]; do
     case "$1" in
+    --cluster) cluster=1; shift ;;
     --test-time) test_time=${2:?--test-time needs a value}; shift 2 ;;
     --threads) threads=${2:?--threads needs a value}; shift 2 ;;
     --reps) reps=${2:?--reps needs a value}; shift 2 ;;
@@ -50,6 +56,7 @@ case "$bench" in /*) ;; *) bench=$PWD/$bench ;; esac
 
 here=$(cd "$(dirname "$0")" && pwd)
 node="$here/../tests/scripts/redis-node.sh"
+cluster_sh="$here/../tests/scripts/cluster.sh"
 if [ -n "$keep" ]; then
     mkdir -p "$keep"
     out=$(cd "$keep" && pwd)
@@ -59,11 +66,21 @@ fi
 
 pid=""
 dir=""
+cldir=""
 # shellcheck disable=SC2317 # called from the EXIT trap
 cleanup() {
     if [ -n "$pid" ]; then
         "$node" stop "$pid" "$dir" || true
         pid=""
+    fi
+    if [ -n "$cldir" ]; then
+        # cluster.sh writes cluster.env as soon as it starts a node, so
+        # this also stops the nodes of a half-made cluster.
+        if [ -f "$cldir/cluster.env" ]; then
+            "$cluster_sh" stop "$cldir" >/dev/null || true
+        fi
+        rm -rf "$cldir"
+        cldir=""
     fi
     if [ -z "$keep" ]; then
         rm -rf "$out"
@@ -72,10 +89,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-started=$("$node" start)
-read -r port pid dir <<<"$started"
-server="127.0.0.1:$port"
-echo "perf-run.sh: redis-server pid $pid on $server; results in $out" >&2
+if [ "$cluster" = 1 ]; then
+    cldir=$(mktemp -d -t rcp-perf-cluster.XXXXXX)
+    echo "perf-run.sh: starting a cluster (3 masters, 1 replica each) in $cldir" >&2
+    server=$("$cluster_sh" start --masters 3 --replicas 1 --dir "$cldir")
+    echo "perf-run.sh: cluster seed $server; results in $out" >&2
+else
+    started=$("$node" start)
+    read -r port pid dir <<<"$started"
+    server="127.0.0.1:$port"
+    echo "perf-run.sh: redis-server pid $pid on $server; results in $out" >&2
+fi
 
 common=(-s "$server" --ratio 0:1 -d 64 --key-minimum 0 --key-maximum 10000)
 "$bench" "${common[@]}" --client classic -t 1 -n 1 --preload >/dev/null
@@ -114,12 +138,13 @@ done
 redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
 # $threads is split on purpose: one argument per thread count.
 # shellcheck disable=SC2086
-python3 - "$out" "$reps" "$test_time" "$redis_version" "$rcpipe_args" $threads <<'PY'
+python3 - "$out" "$reps" "$test_time" "$redis_version" "$rcpipe_args" "$cluster" $threads <<'PY'
 import json, os, sys, statistics, platform, datetime
 
-out, reps, test_time, redis_version, rcpipe_args = sys.argv[1:6]
-threads = [int(t) for t in sys.argv[6:]]
+out, reps, test_time, redis_version, rcpipe_args, cluster = sys.argv[1:7]
+threads = [int(t) for t in sys.argv[7:]]
 reps = int(reps)
+cluster = cluster == "1"
 
 def load(client, t, rep):
     p = os.path.join(out, f"{client}-t{t}-r{rep}.json")
@@ -145,10 +170,17 @@ def ratio_cell(num, den, pairs):
         cell += f" ({min(rs):.2f}–{max(rs):.2f})"
     return cell
 
-print(f"### rcpipe vs classic: GET, 64 B values, 10001 keys, {test_time} s per run, "
-      f"mean of {reps} interleaved runs")
+where = "cluster (3 masters, 1 replica each)" if cluster else "one node"
+print(f"### rcpipe vs classic on a {where}: GET, 64 B values, 10001 keys, "
+      f"{test_time} s per run, mean of {reps} interleaved runs")
 print()
-print(f"redis-server {redis_version}, one node on 127.0.0.1; {os.cpu_count()} CPUs; "
+if cluster:
+    topo = ("3 masters + 3 replicas on 127.0.0.1; rcpipe: one rcp_cluster handle, "
+            "classic: a hiredis connection per thread per master; "
+            "srv CPU summed over the masters")
+else:
+    topo = "one node on 127.0.0.1"
+print(f"redis-server {redis_version}, {topo}; {os.cpu_count()} CPUs; "
       f"{platform.system()} {platform.release()}; "
       f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}"
       + (f"; rcpipe options: `{rcpipe_args}`" if rcpipe_args else ""))
@@ -182,6 +214,19 @@ for t in threads:
         fmt(m(p, "commands_per_write"), 1),
     ]
     print("| " + " | ".join(row) + " |")
+if cluster:
+    runs = [load(cl, t, r) for cl in ("classic", "rcpipe") for t in threads
+            for r in range(1, reps + 1)]
+    runs = [x for x in runs if x is not None]
+    moved = sum(x.get("cluster_moved") or 0 for x in runs)
+    ask = sum(x.get("cluster_ask") or 0 for x in runs)
+    rep_cpu = {cl: mean([x.get("replica_cpu_us_per_op") for x in runs
+                         if x.get("client") == cl])
+               for cl in ("classic", "rcpipe")}
+    print()
+    print(f"Redirects over all runs: MOVED {moved}, ASK {ask}. Replicas' CPU per request "
+          f"(mean): classic {fmt(rep_cpu['classic'], 3)} µs, "
+          f"rcpipe {fmt(rep_cpu['rcpipe'], 3)} µs.")
 if missing:
     print()
     print(f"{missing} run(s) failed and are left out of the means.")

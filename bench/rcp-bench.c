@@ -758,11 +758,13 @@ static void note_error(worker *w, const char *fmt, ...)
 static bool request_rcpipe(worker *w, bool is_set, int argc, const char **argv,
                            const size_t *argvlen)
 {
-    rcp_reply *r = rcp_conn_command_argv(w->b->conn, argc, argv, argvlen);
+    rcp_reply *r = w->b->cluster ? rcp_cluster_command_argv(w->b->cluster, argc, argv, argvlen)
+                                 : rcp_conn_command_argv(w->b->conn, argc, argv, argvlen);
     bool ok;
 
     if (!r) { /* the API promises never NULL */
-        note_error(w, "rcp_conn_command_argv returned NULL");
+        note_error(w, "%s returned NULL",
+                   w->b->cluster ? "rcp_cluster_command_argv" : "rcp_conn_command_argv");
         return false;
     }
     if (r->type == RCP_REPLY_ERROR || rcp_reply_is_error(r)) {
@@ -780,30 +782,122 @@ static bool request_rcpipe(worker *w, bool is_set, int argc, const char **argv,
     return ok;
 }
 
-static bool request_classic(worker *w, bool is_set, int argc, const char **argv,
-                            const size_t *argvlen)
+/* Judges and frees a classic reply. */
+static bool classic_reply_ok(worker *w, bool is_set, const char *cmd, redisReply *r)
 {
-    redisReply *r = redisCommandArgv(w->rc, argc, argv, argvlen);
     bool ok;
 
-    if (!r) {
-        note_error(w, "%s: connection error: %s", argv[0], w->rc->errstr);
-        w->broken = true; /* a hiredis context is unusable after an I/O error */
-        return false;
-    }
     if (r->type == REDIS_REPLY_ERROR) {
-        note_error(w, "%s: error reply: %.*s", argv[0], (int)(r->len > 200 ? 200 : r->len),
+        note_error(w, "%s: error reply: %.*s", cmd, (int)(r->len > 200 ? 200 : r->len),
                    r->str);
         ok = false;
     } else if (is_set ? r->type != REDIS_REPLY_STATUS
                       : (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
-        note_error(w, "%s: unexpected reply type %d", argv[0], r->type);
+        note_error(w, "%s: unexpected reply type %d", cmd, r->type);
         ok = false;
     } else {
         ok = true;
     }
     freeReplyObject(r);
     return ok;
+}
+
+static bool request_classic(worker *w, bool is_set, int argc, const char **argv,
+                            const size_t *argvlen)
+{
+    redisReply *r = redisCommandArgv(w->rc, argc, argv, argvlen);
+
+    if (!r) {
+        note_error(w, "%s: connection error: %s", argv[0], w->rc->errstr);
+        w->broken = true; /* a hiredis context is unusable after an I/O error */
+        return false;
+    }
+    return classic_reply_ok(w, is_set, argv[0], r);
+}
+
+/* Redirects one classic cluster request may follow (as rcpipe's default). */
+#define CLASSIC_MAX_REDIRECTS 5
+
+/* Cluster mode: the key's slot names the master (bench slot table); that
+ * thread's connection to it is opened on first use. MOVED re-reads CLUSTER
+ * SLOTS and retries; ASK retries once on the named node after ASKING. */
+static bool request_classic_cluster(worker *w, bool is_set, int argc, const char **argv,
+                                    const size_t *argvlen)
+{
+    slotmap *m = w->b->map;
+    unsigned slot = rcp_keyslot(argv[1], argvlen[1]);
+    int node = slotmap_node_of(m, slot);
+    bool asking = false;
+    unsigned redirects;
+
+    for (redirects = 0;; redirects++) {
+        redisContext *rc;
+        redisReply *r;
+        void *vr = NULL;
+        bool ask;
+        unsigned rslot;
+        char host[256];
+        int port;
+
+        if (node < 0) {
+            note_error(w, "%s: slot %u is not served by any node", argv[0], slot);
+            return false;
+        }
+        rc = w->conns[node];
+        if (!rc) {
+            char err[256];
+
+            rc = hiredis_connect_to(w->b->cfg, m->nodes[node].host, m->nodes[node].port, err,
+                                    sizeof(err));
+            if (!rc) {
+                note_error(w, "%s", err);
+                w->broken = true;
+                return false;
+            }
+            w->conns[node] = rc;
+        }
+        if (asking && redisAppendCommand(rc, "ASKING") != REDIS_OK) {
+            note_error(w, "out of memory");
+            return false;
+        }
+        if (redisAppendCommandArgv(rc, argc, argv, argvlen) != REDIS_OK) {
+            note_error(w, "out of memory");
+            return false;
+        }
+        if (asking) {
+            if (redisGetReply(rc, &vr) != REDIS_OK)
+                goto io_error;
+            freeReplyObject(vr); /* +OK */
+            vr = NULL;
+        }
+        if (redisGetReply(rc, &vr) != REDIS_OK)
+            goto io_error;
+        r = vr;
+        if (r->type != REDIS_REPLY_ERROR || redirects >= CLASSIC_MAX_REDIRECTS ||
+            !slotmap_parse_redirect(m, r->str, r->len, &ask, &rslot, host, sizeof(host), &port))
+            return classic_reply_ok(w, is_set, argv[0], r);
+        freeReplyObject(r);
+        if (ask) {
+            w->ask++;
+            node = slotmap_node_index(m, host, port);
+            asking = true;
+        } else {
+            char err[256];
+
+            w->moved++;
+            node = slotmap_moved(m, rslot, host, port, err, sizeof(err));
+            if (node < 0) {
+                note_error(w, "%s: after MOVED: %s", argv[0], err);
+                return false;
+            }
+            asking = false;
+        }
+    }
+io_error:
+    note_error(w, "%s: connection error on %s:%d: %s", argv[0], m->nodes[node].host,
+               m->nodes[node].port, w->conns[node]->errstr);
+    w->broken = true; /* a hiredis context is unusable after an I/O error */
+    return false;
 }
 
 static void run_requests(worker *w)
@@ -850,7 +944,9 @@ static void run_requests(worker *w)
         }
 
         t0 = now_ns();
-        if (classic)
+        if (classic && b->map)
+            request_classic_cluster(w, is_set, argc, argv, argvlen);
+        else if (classic)
             request_classic(w, is_set, argc, argv, argvlen);
         else
             request_rcpipe(w, is_set, argc, argv, argvlen);
@@ -876,7 +972,14 @@ static void *worker_main(void *arg)
     worker *w = arg;
     bench *b = w->b;
 
-    if (b->cfg->client == CLIENT_CLASSIC) {
+    if (b->cfg->client == CLIENT_CLASSIC && b->map) {
+        /* Connections are opened on first use, per master. */
+        w->conns = calloc(SLOTMAP_MAX_NODES, sizeof(*w->conns));
+        if (!w->conns) {
+            snprintf(w->first_error, sizeof(w->first_error), "out of memory");
+            w->connect_failed = true;
+        }
+    } else if (b->cfg->client == CLIENT_CLASSIC) {
         w->rc = hiredis_connect(b->cfg, w->first_error, sizeof(w->first_error));
         if (!w->rc)
             w->connect_failed = true;
@@ -927,6 +1030,17 @@ typedef struct results {
     double futex_wakes_per_op, loop_wakes_per_op, commands_per_write, fast_path_fraction;
     unsigned io_threads, batch_delay_us;
     int fast_path;
+    /* cluster mode */
+    bool cluster;
+    unsigned masters, replicas;  /* from CLUSTER SLOTS at start */
+    size_t lib_nodes;            /* rcpipe: node connections at the end */
+    double master_cpu_us;        /* sum of the masters' CPU deltas */
+    bool replicas_ok;
+    double replica_cpu_us;       /* sum of the replicas' CPU deltas */
+    uint64_t replica_commands;
+    bool cl_ok;                  /* rcpipe: cluster counters available */
+    rcp_cluster_stats cl;        /* rcpipe: deltas over the timed phase */
+    uint64_t moved, ask, refreshes; /* classic: the bench's own; rcpipe: from cl */
 } results;
 
 static double ratio_or_nan(double num, double den)
@@ -960,20 +1074,39 @@ static void print_results(const config *cfg, const results *r)
     print_row("Gets", r->gets, r->get_ops, r->elapsed_s);
     print_row("Totals", r->all, r->ops, r->elapsed_s);
     printf("%s\n", rule);
-    if (cfg->client == CLIENT_RCPIPE)
+    if (cfg->client == CLIENT_RCPIPE && r->cluster)
+        printf("client               rcpipe, %u threads on one cluster handle, %zu node "
+               "connections (io-threads %u, batch-delay-us %u, fast-path %s, read-policy %s)\n",
+               cfg->threads, r->lib_nodes, r->io_threads, r->batch_delay_us,
+               r->fast_path ? "on" : "off", read_policy_name(cfg->read_policy));
+    else if (cfg->client == CLIENT_RCPIPE)
         printf("client               rcpipe, %u threads on one connection "
                "(io-threads %u, batch-delay-us %u, fast-path %s)\n",
                cfg->threads, r->io_threads, r->batch_delay_us, r->fast_path ? "on" : "off");
+    else if (r->cluster)
+        printf("client               classic, %u threads, a hiredis connection each per "
+               "master (%u masters)\n", cfg->threads, r->masters);
     else
         printf("client               classic, %u threads, a hiredis connection each\n",
                cfg->threads);
+    if (r->cluster)
+        printf("cluster              %u masters, %u replicas\n", r->masters, r->replicas);
     printf("requests             %" PRIu64 " in %.3f s, errors %" PRIu64 "\n", r->ops,
            r->elapsed_s, r->errors);
     if (r->server_ok)
-        printf("server CPU           %.3f us/op (%" PRIu64 " commands)\n",
-               r->server_cpu_us_per_op, r->server_commands);
+        printf("server CPU           %.3f us/op (%" PRIu64 " commands%s)\n",
+               r->server_cpu_us_per_op, r->server_commands,
+               r->cluster ? ", summed over the masters" : "");
     else
         printf("server CPU           n/a (INFO failed)\n");
+    if (r->cluster && r->server_ok && r->replicas_ok)
+        printf("replica CPU          %.0f us in all, %.3f us per request (%" PRIu64
+               " commands on the replicas)\n",
+               r->replica_cpu_us, ratio_or_nan(r->replica_cpu_us, (double)r->ops),
+               r->replica_commands);
+    if (r->cluster)
+        printf("redirects            moved %" PRIu64 ", ask %" PRIu64 ", slot map reloads %" PRIu64
+               "\n", r->moved, r->ask, r->refreshes);
     printf("client CPU           %.3f us/op\n", r->client_cpu_us_per_op);
     printf("ctx switches         %.3f /op\n", r->ctx_switches_per_op);
     if (r->lib_ok) {
@@ -1060,6 +1193,43 @@ static bool write_json(const config *cfg, const results *r)
     json_latency(f, "sets", r->sets, r->set_ops, r->elapsed_s);
     json_latency(f, "gets", r->gets, r->get_ops, r->elapsed_s);
     json_u64(f, "errors", r->errors);
+    fprintf(f, "  \"cluster\": %s,\n", r->cluster ? "true" : "false");
+    if (r->cluster) {
+        bool rep = r->server_ok && r->replicas_ok;
+
+        json_u64(f, "cluster_masters", r->masters);
+        json_u64(f, "cluster_replicas", r->replicas);
+        json_num(f, "master_cpu_us", r->server_ok ? r->master_cpu_us : NAN, false);
+        json_num(f, "replica_cpu_us", rep ? r->replica_cpu_us : NAN, false);
+        json_num(f, "replica_cpu_us_per_op",
+                 rep ? ratio_or_nan(r->replica_cpu_us, (double)r->ops) : NAN, false);
+        json_num(f, "replica_cpu_us_per_command",
+                 rep ? ratio_or_nan(r->replica_cpu_us, (double)r->replica_commands) : NAN, false);
+        if (rep)
+            json_u64(f, "replica_commands", r->replica_commands);
+        else
+            fprintf(f, "  \"replica_commands\": null,\n");
+        json_u64(f, "cluster_moved", r->moved);
+        json_u64(f, "cluster_ask", r->ask);
+        /* classic: the bench's CLUSTER SLOTS re-reads; rcpipe: the library's
+         * refreshes, periodic and forced */
+        json_u64(f, "cluster_refreshes", r->refreshes);
+        if (cfg->client == CLIENT_RCPIPE) {
+            fprintf(f, "  \"read_policy\": \"%s\",\n", read_policy_name(cfg->read_policy));
+            fprintf(f, "  \"cluster_nodes_connected\": %zu,\n", r->lib_nodes);
+            if (r->cl_ok) {
+                json_u64(f, "cluster_refreshes_periodic", r->cl.refreshes_periodic);
+                json_u64(f, "cluster_refreshes_forced", r->cl.refreshes_forced);
+                json_u64(f, "cluster_refresh_failures", r->cl.refresh_failures);
+                json_u64(f, "cluster_retries",
+                         r->cl.retries_tryagain + r->cl.retries_clusterdown +
+                             r->cl.retries_loading + r->cl.retries_masterdown +
+                             r->cl.retries_not_sent + r->cl.retries_io +
+                             r->cl.retries_readonly);
+                json_u64(f, "cluster_map_versions", r->cl.map_version);
+            }
+        }
+    }
     fprintf(f, "  \"ops\": %" PRIu64 "\n", r->ops);
     fprintf(f, "}\n");
     ok = !ferror(f);
@@ -1068,6 +1238,66 @@ static bool write_json(const config *cfg, const results *r)
     if (!ok)
         fprintf(stderr, PROG ": error writing %s\n", cfg->json_out);
     return ok;
+}
+
+/* ------------------------------------------------------- library counters */
+
+/* The library's counters: the connection's, or in cluster mode the sum over
+ * every node connection the handle has (nodes are kept once known, so sums
+ * taken before and after subtract) plus the cluster's own counters. */
+typedef struct lib_snap {
+    rcp_conn_stats conn;
+    rcp_cluster_stats cl;
+    size_t nodes;
+} lib_snap;
+
+static void conn_stats_add(rcp_conn_stats *d, const rcp_conn_stats *s)
+{
+    d->requests += s->requests;
+    d->replies += s->replies;
+    d->batches += s->batches;
+    d->commands_written += s->commands_written;
+    d->write_calls += s->write_calls;
+    d->read_calls += s->read_calls;
+    d->bytes_out += s->bytes_out;
+    d->bytes_in += s->bytes_in;
+    d->timeouts += s->timeouts;
+    d->late_replies += s->late_replies;
+    d->reconnects += s->reconnects;
+    d->disconnects += s->disconnects;
+    d->fast_path += s->fast_path;
+    d->futex_wakes += s->futex_wakes;
+    d->loop_wakes += s->loop_wakes;
+}
+
+static bool lib_snap_read(const bench *b, lib_snap *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (b->conn)
+        return rcp_conn_get_stats(b->conn, &out->conn) == RCP_OK;
+    if (b->cluster) {
+        size_t cap = 64, n, i;
+        rcp_cluster_node_info *ni;
+
+        if (rcp_cluster_get_stats(b->cluster, &out->cl) != RCP_OK)
+            return false;
+        for (;;) {
+            ni = malloc(cap * sizeof(*ni));
+            if (!ni)
+                return false;
+            n = rcp_cluster_get_nodes(b->cluster, ni, cap);
+            if (n <= cap)
+                break;
+            free(ni);
+            cap = n + 16;
+        }
+        for (i = 0; i < n; i++)
+            conn_stats_add(&out->conn, &ni[i].conn);
+        out->nodes = n;
+        free(ni);
+        return true;
+    }
+    return false;
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1194,19 +1424,32 @@ static _Noreturn void report_hang(bench *b)
             "giving up (%s hang?)\n", stuck, cfg->threads, hang_reason, STOP_GRACE_S,
             cfg->client == CLIENT_RCPIPE ? "library" : "server");
     fprintf(stderr, PROG ": %" PRIu64 " requests completed in all\n", total_done(b));
-    if (b->conn) {
-        rcp_conn_stats st;
+    if (b->conn || b->cluster) {
+        lib_snap ls;
+        const rcp_conn_stats *st = &ls.conn;
 
         alarm(5); /* in case reading the counters hangs too */
-        if (rcp_conn_get_stats(b->conn, &st) == RCP_OK)
+        if (b->cluster && lib_snap_read(b, &ls))
+            fprintf(stderr, PROG ": rcpipe cluster counters since open: requests %" PRIu64
+                    ", moved %" PRIu64 ", ask %" PRIu64 ", retries tryagain %" PRIu64
+                    " clusterdown %" PRIu64 " loading %" PRIu64 " masterdown %" PRIu64
+                    " not_sent %" PRIu64 " io %" PRIu64 " readonly %" PRIu64
+                    ", refreshes periodic %" PRIu64 " forced %" PRIu64 " failed %" PRIu64
+                    ", map_version %" PRIu64 ", nodes %zu; summed over the node connections:\n",
+                    ls.cl.requests, ls.cl.moved, ls.cl.ask, ls.cl.retries_tryagain,
+                    ls.cl.retries_clusterdown, ls.cl.retries_loading, ls.cl.retries_masterdown,
+                    ls.cl.retries_not_sent, ls.cl.retries_io, ls.cl.retries_readonly,
+                    ls.cl.refreshes_periodic, ls.cl.refreshes_forced, ls.cl.refresh_failures,
+                    ls.cl.map_version, ls.nodes);
+        if ((b->cluster && ls.nodes) || (b->conn && lib_snap_read(b, &ls)))
             fprintf(stderr, PROG ": rcpipe counters since open: requests %" PRIu64
                     ", replies %" PRIu64 ", batches %" PRIu64 ", commands_written %" PRIu64
                     ", write_calls %" PRIu64 ", read_calls %" PRIu64 ", timeouts %" PRIu64
                     ", disconnects %" PRIu64 ", fast_path %" PRIu64 ", futex_wakes %" PRIu64
                     ", loop_wakes %" PRIu64 "\n",
-                    st.requests, st.replies, st.batches, st.commands_written, st.write_calls,
-                    st.read_calls, st.timeouts, st.disconnects, st.fast_path, st.futex_wakes,
-                    st.loop_wakes);
+                    st->requests, st->replies, st->batches, st->commands_written,
+                    st->write_calls, st->read_calls, st->timeouts, st->disconnects,
+                    st->fast_path, st->futex_wakes, st->loop_wakes);
     }
     for (i = 0; i < cfg->threads; i++)
         if (b->workers[i].first_error[0]) {
@@ -1224,9 +1467,12 @@ int main(int argc, char **argv)
     results res;
     hist all, sets, gets;
     server_info si0, si1;
+    cluster_info ci0, ci1;
+    slotmap *map = NULL;
     usage_snap u0, u1;
-    rcp_conn_stats st0, st1;
+    lib_snap st0, st1;
     rcp_conn_options o;
+    rcp_cluster_options co;
     pthread_condattr_t ca;
     pthread_attr_t ta;
     char err[512];
@@ -1261,7 +1507,29 @@ int main(int argc, char **argv)
     /* Fail early and clearly if the server is not there. */
     if (!server_info_read(&cfg, &si0, err, sizeof(err)))
         die_run("%s", err);
-    if (cfg.preload)
+    cfg.cluster = cfg.cluster_forced || si0.cluster_enabled;
+    if (!cfg.cluster && cfg.read_policy > RCP_READ_MASTER_ONLY)
+        die_run("--read-policy: %s:%d is not a cluster node (cluster_enabled:0)", cfg.host,
+                cfg.port);
+    if (cfg.read_policy < 0)
+        cfg.read_policy = RCP_READ_MASTER_ONLY;
+    if (cfg.cluster) {
+        map = malloc(sizeof(*map));
+        if (!map)
+            die_run("out of memory");
+        if (!slotmap_init(map, cfg.host, cfg.port, cfg.user, cfg.password, err, sizeof(err)))
+            die_run("cluster mode: %s", err);
+        b.map = map;
+        res.cluster = true;
+        count_roles(map, &res.masters, &res.replicas);
+        if (res.masters == 0)
+            die_run("cluster mode: CLUSTER SLOTS on %s:%d names no master", cfg.host, cfg.port);
+        fprintf(stderr, PROG ": cluster mode: %u masters, %u replicas (seed %s:%d)\n",
+                res.masters, res.replicas, cfg.host, cfg.port);
+    }
+    if (cfg.preload && cfg.cluster)
+        preload_cluster(&cfg, map, b.value);
+    else if (cfg.preload)
         preload(&cfg, b.value);
 
     if (cfg.client == CLIENT_RCPIPE) {
@@ -1280,7 +1548,25 @@ int main(int argc, char **argv)
         res.batch_delay_us = o.batch_delay_us;
         res.fast_path = o.fast_path;
         err[0] = '\0';
-        {
+        if (cfg.cluster) {
+            char seeds[300];
+            int rc;
+
+            snprintf(seeds, sizeof(seeds), strchr(cfg.host, ':') ? "[%s]:%d" : "%s:%d",
+                     cfg.host, cfg.port);
+            rcp_cluster_options_init(&co);
+            co.seeds = seeds;
+            co.read_policy = cfg.read_policy;
+            co.node = &o; /* host/port ignored there */
+            rc = rcp_cluster_open(&co, &b.cluster, err, sizeof(err));
+            if (rc != RCP_OK) {
+                if (err[0])
+                    die_run("rcp_cluster_open: %s (%s)", err, rcp_strerror(rc));
+                die_run("rcp_cluster_open %s: %s", seeds, rcp_strerror(rc));
+            }
+            if (!b.cluster)
+                die_run("rcp_cluster_open returned RCP_OK without a handle");
+        } else {
             int rc = rcp_conn_open(&o, &b.conn, err, sizeof(err));
 
             if (rc != RCP_OK) {
@@ -1333,12 +1619,14 @@ int main(int argc, char **argv)
         atomic_store(&b.stop, true);
 
     /* "Before" snapshot: the workers are all parked on the go barrier. */
-    if (!connect_failures && !server_info_read(&cfg, &si0, err, sizeof(err))) {
+    if (!connect_failures &&
+        !(map ? cluster_info_read(&cfg, map, &ci0, err, sizeof(err))
+              : server_info_read(&cfg, &si0, err, sizeof(err)))) {
         fprintf(stderr, PROG ": %s\n", err);
         atomic_store(&b.stop, true);
         connect_failures = 1;
     }
-    if (b.conn && rcp_conn_get_stats(b.conn, &st0) != RCP_OK)
+    if ((b.conn || b.cluster) && !lib_snap_read(&b, &st0))
         stats_ok = false;
     u0 = usage_now();
     start = now_ns();
@@ -1364,14 +1652,27 @@ int main(int argc, char **argv)
             if (b.workers[i].rc)
                 redisFree(b.workers[i].rc);
         rcp_conn_close(b.conn);
+        rcp_cluster_close(b.cluster);
         die_run("%u of %u threads could not start their run", connect_failures, cfg.threads);
     }
 
     /* "After" snapshot. */
     u1 = usage_now();
-    if (b.conn && rcp_conn_get_stats(b.conn, &st1) != RCP_OK)
+    if ((b.conn || b.cluster) && !lib_snap_read(&b, &st1))
         stats_ok = false;
-    res.server_ok = server_info_read(&cfg, &si1, err, sizeof(err));
+    if (map) {
+        res.server_ok = cluster_info_read(&cfg, map, &ci1, err, sizeof(err));
+        if (res.server_ok) {
+            si0 = ci0.masters;
+            si1 = ci1.masters;
+            res.replicas_ok = ci0.replicas_ok && ci1.replicas_ok;
+            res.replica_cpu_us = ((ci1.replicas.cpu_user + ci1.replicas.cpu_sys) -
+                                  (ci0.replicas.cpu_user + ci0.replicas.cpu_sys)) * 1e6;
+            res.replica_commands = ci1.replicas.commands - ci0.replicas.commands;
+        }
+    } else {
+        res.server_ok = server_info_read(&cfg, &si1, err, sizeof(err));
+    }
     if (!res.server_ok)
         fprintf(stderr, PROG ": after the run: %s\n", err);
 
@@ -1401,34 +1702,71 @@ int main(int argc, char **argv)
     res.elapsed_s = (double)(end - start) / 1e9;
     if (res.server_ok) {
         res.server_commands = si1.commands - si0.commands;
-        res.server_cpu_us_per_op =
-            ratio_or_nan(((si1.cpu_user + si1.cpu_sys) - (si0.cpu_user + si0.cpu_sys)) * 1e6,
-                         (double)res.server_commands);
+        res.master_cpu_us = ((si1.cpu_user + si1.cpu_sys) - (si0.cpu_user + si0.cpu_sys)) * 1e6;
+        res.server_cpu_us_per_op = ratio_or_nan(res.master_cpu_us, (double)res.server_commands);
     }
     res.client_cpu_us_per_op = ratio_or_nan((u1.cpu_s - u0.cpu_s) * 1e6, (double)res.ops);
     res.ctx_switches_per_op = ratio_or_nan((double)(u1.ctxsw - u0.ctxsw), (double)res.ops);
-    if (b.conn && !stats_ok)
-        fprintf(stderr, PROG ": rcp_conn_get_stats failed: library counters not reported\n");
-    if (b.conn && stats_ok) {
+    for (i = 0; i < cfg.threads; i++) {
+        res.moved += b.workers[i].moved;
+        res.ask += b.workers[i].ask;
+    }
+    if (map && cfg.client == CLIENT_CLASSIC)
+        res.refreshes = atomic_load(&map->reloads);
+    if ((b.conn || b.cluster) && !stats_ok)
+        fprintf(stderr, PROG ": reading the library's stats failed: library counters not "
+                "reported\n");
+    if ((b.conn || b.cluster) && stats_ok) {
+        const rcp_conn_stats *s0 = &st0.conn, *s1 = &st1.conn;
+        uint64_t lib_requests;
+
         res.lib_ok = true;
-        res.lib.requests = st1.requests - st0.requests;
-        res.lib.replies = st1.replies - st0.replies;
-        res.lib.batches = st1.batches - st0.batches;
-        res.lib.commands_written = st1.commands_written - st0.commands_written;
-        res.lib.write_calls = st1.write_calls - st0.write_calls;
-        res.lib.read_calls = st1.read_calls - st0.read_calls;
-        res.lib.fast_path = st1.fast_path - st0.fast_path;
-        res.lib.futex_wakes = st1.futex_wakes - st0.futex_wakes;
-        res.lib.loop_wakes = st1.loop_wakes - st0.loop_wakes;
+        res.lib.requests = s1->requests - s0->requests;
+        res.lib.replies = s1->replies - s0->replies;
+        res.lib.batches = s1->batches - s0->batches;
+        res.lib.commands_written = s1->commands_written - s0->commands_written;
+        res.lib.write_calls = s1->write_calls - s0->write_calls;
+        res.lib.read_calls = s1->read_calls - s0->read_calls;
+        res.lib.fast_path = s1->fast_path - s0->fast_path;
+        res.lib.futex_wakes = s1->futex_wakes - s0->futex_wakes;
+        res.lib.loop_wakes = s1->loop_wakes - s0->loop_wakes;
+        lib_requests = res.lib.requests;
+        if (b.cluster) {
+            const rcp_cluster_stats *c0 = &st0.cl, *c1 = &st1.cl;
+
+            res.cl_ok = true;
+            res.lib_nodes = st1.nodes;
+            res.cl.requests = c1->requests - c0->requests;
+            res.cl.moved = c1->moved - c0->moved;
+            res.cl.ask = c1->ask - c0->ask;
+            res.cl.retries_tryagain = c1->retries_tryagain - c0->retries_tryagain;
+            res.cl.retries_clusterdown = c1->retries_clusterdown - c0->retries_clusterdown;
+            res.cl.retries_loading = c1->retries_loading - c0->retries_loading;
+            res.cl.retries_masterdown = c1->retries_masterdown - c0->retries_masterdown;
+            res.cl.retries_not_sent = c1->retries_not_sent - c0->retries_not_sent;
+            res.cl.retries_io = c1->retries_io - c0->retries_io;
+            res.cl.retries_readonly = c1->retries_readonly - c0->retries_readonly;
+            res.cl.refreshes_periodic = c1->refreshes_periodic - c0->refreshes_periodic;
+            res.cl.refreshes_forced = c1->refreshes_forced - c0->refreshes_forced;
+            res.cl.refresh_failures = c1->refresh_failures - c0->refresh_failures;
+            res.cl.map_version = c1->map_version - c0->map_version;
+            res.cl.nodes = c1->nodes;
+            res.moved = res.cl.moved;
+            res.ask = res.cl.ask;
+            res.refreshes = res.cl.refreshes_periodic + res.cl.refreshes_forced;
+            /* The node connections also carry the library's own traffic
+             * (refreshes); the calls are what the cluster counted. */
+            lib_requests = res.cl.requests;
+        }
         res.futex_wakes_per_op = ratio_or_nan((double)res.lib.futex_wakes, (double)res.ops);
         res.loop_wakes_per_op = ratio_or_nan((double)res.lib.loop_wakes, (double)res.ops);
         res.commands_per_write =
             ratio_or_nan((double)res.lib.commands_written, (double)res.lib.batches);
         res.fast_path_fraction =
             ratio_or_nan((double)res.lib.fast_path, (double)res.lib.requests);
-        if (res.lib.requests != res.ops)
+        if (lib_requests != res.ops)
             fprintf(stderr, PROG ": note: the library counted %" PRIu64
-                    " requests for %" PRIu64 " calls\n", res.lib.requests, res.ops);
+                    " requests for %" PRIu64 " calls\n", lib_requests, res.ops);
     }
 
     print_results(&cfg, &res);
@@ -1436,10 +1774,26 @@ int main(int argc, char **argv)
     if (cfg.json_out)
         json_ok = write_json(&cfg, &res);
 
-    for (i = 0; i < cfg.threads; i++)
-        if (b.workers[i].rc)
-            redisFree(b.workers[i].rc);
+    for (i = 0; i < cfg.threads; i++) {
+        worker *w = &b.workers[i];
+
+        if (w->rc)
+            redisFree(w->rc);
+        if (w->conns) {
+            unsigned k;
+
+            for (k = 0; k < SLOTMAP_MAX_NODES; k++)
+                if (w->conns[k])
+                    redisFree(w->conns[k]);
+            free(w->conns);
+        }
+    }
     rcp_conn_close(b.conn);
+    rcp_cluster_close(b.cluster);
+    if (map) {
+        slotmap_destroy(map);
+        free(map);
+    }
     pthread_barrier_destroy(&b.ready);
     pthread_barrier_destroy(&b.go);
     pthread_cond_destroy(&b.cv);
