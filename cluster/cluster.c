@@ -67,7 +67,12 @@ struct rcp_cluster {
     unsigned nloops;
     atomic_uint next_loop;
 
-    rcp__map *map; /* RCU-protected: rcu_dereference under urcu_bp_read_lock */
+    /* The current slot map. Read under urcu_bp_read_lock, freed after a
+     * grace period (urcu_bp_synchronize_rcu). Published and read with C11
+     * atomics (release exchange / acquire load: what rcu_xchg_pointer and
+     * rcu_dereference do on this hardware) so that ThreadSanitizer can see
+     * the publication too. */
+    _Atomic(rcp__map *) map;
 
     pthread_mutex_t reg_mu; /* the registry */
     rcp__node *nodes;
@@ -93,6 +98,12 @@ struct rcp_cluster {
 };
 
 static _Thread_local uint64_t tl_seed;
+
+/* Inside urcu_bp_read_lock only. */
+static rcp__map *current_map(struct rcp_cluster *cl)
+{
+    return atomic_load_explicit(&cl->map, memory_order_acquire);
+}
 
 static uint64_t rnd(void)
 {
@@ -220,7 +231,7 @@ static struct rcp_conn *route(struct rcp_cluster *cl, req *rq, rcp__node **node_
     struct rcp_conn *conn = NULL;
 
     urcu_bp_read_lock();
-    m = rcu_dereference(cl->map);
+    m = current_map(cl);
     if (!node) {
         rcp__shard *sh = NULL;
         if (rq->has_slot) {
@@ -372,7 +383,7 @@ static int refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_
     /* Candidates: the current map's masters, then its replicas, then the
      * seeds. */
     urcu_bp_read_lock();
-    old = rcu_dereference(cl->map);
+    old = current_map(cl);
     if (old) {
         for (i = 0; i < old->nshards && nc < 128; i++)
             cands[nc++] = old->shards[i].master;
@@ -440,7 +451,7 @@ static int refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_
     }
     pthread_mutex_unlock(&cl->reg_mu);
 
-    old = rcu_xchg_pointer(&cl->map, m);
+    old = atomic_exchange_explicit(&cl->map, m, memory_order_acq_rel);
     atomic_store(&cl->st.version, m->version);
     urcu_bp_synchronize_rcu();
     rcp__map_free(old);
@@ -601,7 +612,7 @@ static int decide(struct rcp_cluster *cl, req *rq, rcp__node *asked, const rcp_r
         }
         urcu_bp_read_lock();
         {
-            rcp__map *m = rcu_dereference(cl->map);
+            rcp__map *m = current_map(cl);
             if (rd.kind == RCP__RD_MOVED)
                 rcp__map_move_slot(m, rd.slot, to);
             else
@@ -1157,7 +1168,7 @@ static void cluster_free(struct rcp_cluster *cl)
         if (cl->loops[i])
             rcp__loop_free(cl->loops[i]);
     rcp__free(cl->loops);
-    rcp__map_free(cl->map);
+    rcp__map_free(atomic_load(&cl->map));
     for (int k = 0; k < cl->nseeds; k++)
         rcp__free(cl->seeds[k].host);
     rcp__free(cl->node_user);
@@ -1224,8 +1235,8 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
     }
     cl->nloops = cl->node_opt.io_threads ? cl->node_opt.io_threads : 1;
     cl->loops = rcp__calloc(cl->nloops, sizeof(*cl->loops));
-    cl->map = rcp__map_new();
-    if (!cl->loops || !cl->map) {
+    atomic_store(&cl->map, rcp__map_new());
+    if (!cl->loops || !atomic_load(&cl->map)) {
         cluster_free(cl);
         return RCP_ERR_OOM;
     }

@@ -117,6 +117,13 @@ static void resolve_error(rcp_future *f, int code, const char *msg)
     f->resolve(f, &r);
 }
 
+/* Mutex held. The state is also read without the mutex (rcp__conn_healthy,
+ * by the cluster's replica choice), so it is stored atomically. */
+static void set_state(struct rcp_conn *c, int st)
+{
+    __atomic_store_n(&c->state, st, __ATOMIC_RELAXED);
+}
+
 /* Mutex held. Append one slot; bytes must already be in the pending buffer. */
 static void push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size_t len)
 {
@@ -249,9 +256,9 @@ static void conn_fail(struct rcp_conn *c, int code, const char *cause)
     if (was_state == RCP__ST_READY)
         stat_add(&c->st.disconnects, 1);
     if (closing) {
-        c->state = RCP__ST_CLOSED;
+        set_state(c, RCP__ST_CLOSED);
     } else {
-        c->state = RCP__ST_DISCONNECTED;
+        set_state(c, RCP__ST_DISCONNECTED);
         c->reconnect_at = rcp__now_ns() + ms_to_ns(next_backoff(c));
         set_timer(c, c->reconnect_at);
     }
@@ -449,7 +456,7 @@ static void start_connect(struct rcp_conn *c)
      * handshake instead of being refused. */
     pthread_mutex_lock(&c->mu);
     c->attempts++;
-    c->state = RCP__ST_CONNECTING;
+    set_state(c, RCP__ST_CONNECTING);
     c->connect_deadline = rcp__now_ns() + ms_to_ns(c->opt.connect_timeout_ms);
     set_timer(c, c->connect_deadline);
     pthread_mutex_unlock(&c->mu);
@@ -500,7 +507,7 @@ static void start_connect(struct rcp_conn *c)
 /* Mutex held. The handshake is complete. Returns 1 if an event is due. */
 static int become_ready(struct rcp_conn *c)
 {
-    c->state = RCP__ST_READY;
+    set_state(c, RCP__ST_READY);
     c->backoff_ms = 0;
     c->last_read_ns = rcp__now_ns();
     if (c->ever_connected)
@@ -818,7 +825,7 @@ static void process(struct rcp_conn *c, uint32_t events)
     if (c->closing && state != RCP__ST_CLOSED) {
         need_close = 1;
         code = RCP_ERR_CLOSED;
-        snprintf(cause, sizeof cause, "handle closed with the request outstanding");
+        snprintf(cause, sizeof cause, "handle closed");
     }
     if (!(c->wake_pending && c->batch_opened_ns))
         c->wake_pending = 0;
@@ -848,7 +855,7 @@ static void process(struct rcp_conn *c, uint32_t events)
         set_blocking(c, c->fd);
         pthread_mutex_lock(&c->mu);
         if (c->hs_end > c->head)
-            c->state = RCP__ST_HANDSHAKE;
+            set_state(c, RCP__ST_HANDSHAKE);
         else
             ready = become_ready(c);
         pthread_mutex_unlock(&c->mu);
@@ -1049,7 +1056,7 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
         c->hs[k].f.resolve = hs_resolve;
     }
     c->readonly = (flags & RCP__CONN_READONLY) != 0;
-    c->state = RCP__ST_DISCONNECTED;
+    set_state(c, RCP__ST_DISCONNECTED);
     c->reconnect_at = 0;
     if (loop && rcp__loop_attach(loop, c) < 0) {
         conn_free(c);

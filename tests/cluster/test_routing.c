@@ -1,0 +1,463 @@
+/* test_routing.c: basic routing on a real 3 masters + 3 replicas cluster.
+ *
+ * Keys spread over every slot land on the master that owns them (checked
+ * from the side with the node's own DBSIZE and with GET on that node);
+ * same-slot multi-key commands work through hash tags; a cross-slot MGET
+ * is refused with RCP_ERR_CROSS_SLOT (sync: error reply; async: the send
+ * returns the code and never calls back); keyless commands work;
+ * rcp_keyslot agrees with CLUSTER KEYSLOT on thousands of binary keys;
+ * bootstrap errors name every seed. Only the public API is used. */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "rcpipe.h"
+
+static rcpc_cluster cl;
+static rcp_cluster *h;
+
+static void setup(void)
+{
+    rcp_cluster_options o;
+    rcp_conn_options node;
+    char err[2048];
+
+    ck_assert_msg(rcpc_wait_ok(&cl, 30, err, sizeof err) == 0, "%s", err);
+    rcpc_options(&o, &node, cl.seed);
+    h = rcpc_open(&o);
+}
+
+static void teardown(void)
+{
+    rcp_cluster_close(h);
+    h = NULL;
+}
+
+/* Every master serves a share of 2000 keys spread over the slots, and each
+ * key is on the master CLUSTER NODES says owns its slot. */
+START_TEST(test_set_get_all_slots)
+{
+    enum { NKEYS = 2000 };
+    rcpc_topo t;
+    long long before[RCPC_MAX_NODES] = {0};
+    int hits[RCPC_MAX_NODES] = {0};
+    char d[256];
+    int i;
+
+    ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
+    for (i = 0; i < t.n; i++)
+        before[i] = t.node[i].is_master ? rcpc_dbsize(t.node[i].port) : 0;
+    for (i = 0; i < NKEYS; i++) {
+        char key[64], val[64];
+        rcp_reply *r;
+        snprintf(key, sizeof key, "route:%d", i);
+        snprintf(val, sizeof val, "v%d-%d", i, i * 7);
+        r = rcp_cluster_command(h, "SET %s %s", key, val);
+        ck_assert_msg(rcpc_is_status(r, "OK"), "SET %s: %s", key, rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        r = rcp_cluster_command(h, "GET %s", key);
+        ck_assert_msg(rcpc_is_string(r, val), "GET %s: %s", key, rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        hits[rcpc_slot_owner(&t, rcp_keyslot(key, strlen(key)))]++;
+    }
+    /* Each key is really on its slot's owner (asked directly, no redirect
+     * following on the side connection). */
+    for (i = 0; i < NKEYS; i += 97) {
+        char key[64], val[64];
+        int owner;
+        redisReply *rr;
+        snprintf(key, sizeof key, "route:%d", i);
+        snprintf(val, sizeof val, "v%d-%d", i, i * 7);
+        owner = rcpc_slot_owner(&t, rcp_keyslot(key, strlen(key)));
+        ck_assert_int_ge(owner, 0);
+        rr = rcpc_ask(t.node[owner].port, "GET %s", key);
+        ck_assert_msg(rr != NULL && rr->type == REDIS_REPLY_STRING && strcmp(rr->str, val) == 0,
+                      "key %s not on its owner %d", key, t.node[owner].port);
+        freeReplyObject(rr);
+    }
+    for (i = 0; i < t.n; i++) {
+        long long after;
+        if (!t.node[i].is_master)
+            continue;
+        ck_assert_msg(hits[i] > NKEYS / 10, "master %d owns only %d of the keys", t.node[i].port,
+                      hits[i]);
+        after = rcpc_dbsize(t.node[i].port);
+        ck_assert_msg(after - before[i] >= hits[i] - 5 && after - before[i] <= hits[i] + 5,
+                      "master %d: DBSIZE grew by %lld, expected %d", t.node[i].port,
+                      after - before[i], hits[i]);
+    }
+}
+END_TEST
+
+/* Multi-key commands on one slot through a hash tag, sync and async. */
+START_TEST(test_same_slot_multikey)
+{
+    char d[256];
+    rcp_reply *r;
+    int tag;
+
+    for (tag = 0; tag < 50; tag++) {
+        char a[64], b[64], c[64];
+        snprintf(a, sizeof a, "{user%d}:a", tag);
+        snprintf(b, sizeof b, "{user%d}:b", tag);
+        snprintf(c, sizeof c, "{user%d}:c", tag);
+        r = rcp_cluster_command(h, "MSET %s 1 %s 2 %s 3", a, b, c);
+        ck_assert_msg(rcpc_is_status(r, "OK"), "MSET: %s", rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        r = rcp_cluster_command(h, "MGET %s %s %s {user%d}:none", a, b, c, tag);
+        ck_assert_msg(r != NULL && r->type == RCP_REPLY_ARRAY && r->elements == 4, "MGET: %s",
+                      rcpc_describe(r, d, sizeof d));
+        ck_assert(rcpc_is_string(r->element[0], "1"));
+        ck_assert(rcpc_is_string(r->element[1], "2"));
+        ck_assert(rcpc_is_string(r->element[2], "3"));
+        ck_assert(rcpc_is_nil(r->element[3]));
+        rcp_reply_free(r);
+        r = rcp_cluster_command(h, "EXISTS %s %s %s", a, b, c);
+        ck_assert_msg(rcpc_is_int(r, 3), "EXISTS: %s", rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        r = rcp_cluster_command(h, "DEL %s %s %s", a, b, c);
+        ck_assert_msg(rcpc_is_int(r, 3), "DEL: %s", rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        r = rcp_cluster_command(h, "EXISTS %s %s", a, b);
+        ck_assert_msg(rcpc_is_int(r, 0), "EXISTS after DEL: %s", rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+    }
+}
+END_TEST
+
+struct acall {
+    rcp_future f;
+    atomic_int calls;
+    rcp_reply *r;
+};
+
+static void on_resolve(rcp_future *f, rcp_reply *reply)
+{
+    struct acall *a = f->data;
+    a->r = rcp_reply_keep(reply);
+    atomic_fetch_add(&a->calls, 1);
+}
+
+/* A cross-slot MGET (and other commands whose keys span slots) is refused
+ * with RCP_ERR_CROSS_SLOT; the async send returns the code and never calls
+ * back. The slots of the two keys differ (checked). */
+START_TEST(test_cross_slot)
+{
+    static const char *const cmds[][4] = {
+        {"MGET", "cross:a", "cross:b", NULL},
+        {"RENAME", "cross:a", "cross:b", NULL},
+        {"SUNIONSTORE", "cross:a", "cross:b", NULL},
+    };
+    char d[256];
+    size_t i;
+
+    ck_assert_uint_ne(rcp_keyslot("cross:a", 7), rcp_keyslot("cross:b", 7));
+    for (i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        int argc = cmds[i][2] ? 3 : 2;
+        struct acall a;
+        rcp_reply *r = rcp_cluster_command_argv(h, argc, (const char **)cmds[i], NULL);
+        int rc;
+        ck_assert_msg(r != NULL && r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_CROSS_SLOT &&
+                          r->str != NULL && r->len > 0,
+                      "%s cross-slot: %s", cmds[i][0], rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+
+        memset(&a, 0, sizeof a);
+        a.f.resolve = on_resolve;
+        a.f.data = &a;
+        rc = rcp_cluster_send_argv(h, &a.f, argc, (const char **)cmds[i], NULL);
+        ck_assert_msg(rc == RCP_ERR_CROSS_SLOT, "async %s cross-slot: returned %d (%s)", cmds[i][0],
+                      rc, rcp_strerror(rc));
+        rcpc_sleep_ms(50);
+        ck_assert_int_eq(atomic_load(&a.calls), 0);
+    }
+    /* The same keys behind one hash tag are fine. */
+    {
+        rcp_reply *r = rcp_cluster_command(h, "MGET {cross}a {cross}b");
+        ck_assert_msg(r != NULL && r->type == RCP_REPLY_ARRAY && r->elements == 2, "%s",
+                      rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+    }
+}
+END_TEST
+
+/* Keyless commands go somewhere sensible and work, sync and async. */
+START_TEST(test_keyless)
+{
+    char d[256];
+    rcp_reply *r;
+    struct acall a;
+    int i;
+
+    for (i = 0; i < 20; i++) {
+        r = rcp_cluster_command(h, "PING");
+        ck_assert_msg(rcpc_is_status(r, "PONG"), "PING: %s", rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        r = rcp_cluster_command(h, "ECHO %s", "hello");
+        ck_assert_msg(rcpc_is_string(r, "hello"), "ECHO: %s", rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+    }
+    r = rcp_cluster_command(h, "CLUSTER KEYSLOT %s", "somekey");
+    ck_assert_msg(rcpc_is_int(r, (long long)rcp_keyslot("somekey", 7)), "CLUSTER KEYSLOT: %s",
+                  rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+
+    memset(&a, 0, sizeof a);
+    a.f.resolve = on_resolve;
+    a.f.data = &a;
+    ck_assert_int_eq(rcp_cluster_send(h, &a.f, "PING"), RCP_OK);
+    for (i = 0; i < rcpc_scale(500) && atomic_load(&a.calls) == 0; i++)
+        rcpc_sleep_ms(10);
+    ck_assert_int_eq(atomic_load(&a.calls), 1);
+    ck_assert_msg(rcpc_is_status(a.r, "PONG"), "async PING: %s", rcpc_describe(a.r, d, sizeof d));
+    rcp_reply_free(a.r);
+}
+END_TEST
+
+/* rcp_keyslot against the server's CLUSTER KEYSLOT: hash-tag edge cases and
+ * thousands of random binary keys (pipelined on the side connection). */
+START_TEST(test_keyslot_matches_server)
+{
+    static const char *const edge[] = {"", "{", "}", "{}", "{}{a}", "{{a}}", "a{b}c{d}",
+                                       "{a", "a}", "}{a}", "foo{}{bar}", "{user1000}.following",
+                                       "123456789", "{bar", "a{{b}}"};
+    enum { NRANDOM = 3000 };
+    rcpc_env e;
+    redisContext *ctx;
+    unsigned seed = 12345;
+    size_t i;
+
+    ck_assert_int_eq(rcpc_env_read(&cl, &e), 0);
+    ctx = rcpc_connect(e.port[0]);
+    ck_assert(ctx != NULL);
+    /* The reference value from the spec. */
+    ck_assert_uint_eq(rcp_keyslot("123456789", 9), 0x31C3u % 16384u);
+    for (i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        redisAppendCommand(ctx, "CLUSTER KEYSLOT %b", edge[i], strlen(edge[i]));
+    for (i = 0; i < sizeof edge / sizeof edge[0]; i++) {
+        redisReply *r = NULL;
+        ck_assert_int_eq(redisGetReply(ctx, (void **)&r), REDIS_OK);
+        ck_assert_msg(r->type == REDIS_REPLY_INTEGER &&
+                          (unsigned)r->integer == rcp_keyslot(edge[i], strlen(edge[i])),
+                      "key \"%s\": server %lld, rcp_keyslot %u", edge[i], r->integer,
+                      rcp_keyslot(edge[i], strlen(edge[i])));
+        freeReplyObject(r);
+    }
+    {
+        static unsigned char keys[NRANDOM][40];
+        static size_t lens[NRANDOM];
+        for (i = 0; i < NRANDOM; i++) {
+            size_t k;
+            seed = seed * 1103515245u + 12345u;
+            lens[i] = (seed >> 16) % 40;
+            for (k = 0; k < lens[i]; k++) {
+                seed = seed * 1103515245u + 12345u;
+                /* Plenty of braces so that tags of every shape occur. */
+                switch ((seed >> 16) % 8) {
+                case 0:
+                    keys[i][k] = '{';
+                    break;
+                case 1:
+                    keys[i][k] = '}';
+                    break;
+                default:
+                    keys[i][k] = (unsigned char)(seed >> 8);
+                    break;
+                }
+            }
+            redisAppendCommand(ctx, "CLUSTER KEYSLOT %b", keys[i], lens[i]);
+        }
+        for (i = 0; i < NRANDOM; i++) {
+            redisReply *r = NULL;
+            unsigned mine = rcp_keyslot((const char *)keys[i], lens[i]);
+            ck_assert_int_eq(redisGetReply(ctx, (void **)&r), REDIS_OK);
+            ck_assert_msg(r->type == REDIS_REPLY_INTEGER && (unsigned)r->integer == mine,
+                          "random key %zu (len %zu): server %lld, rcp_keyslot %u", i, lens[i],
+                          r->integer, mine);
+            freeReplyObject(r);
+        }
+    }
+    redisFree(ctx);
+}
+END_TEST
+
+/* Binary keys and values, a large value, a missing key. */
+START_TEST(test_binary)
+{
+    static const char key[] = {'b', 'i', 'n', 0, '\r', '\n', '{', '}', (char)0xff};
+    char val[10000];
+    const char *argv[3];
+    size_t lens[3];
+    char d[256];
+    rcp_reply *r;
+    size_t i;
+
+    for (i = 0; i < sizeof val; i++)
+        val[i] = (char)(i * 31);
+    argv[0] = "SET";
+    argv[1] = key;
+    argv[2] = val;
+    lens[0] = 3;
+    lens[1] = sizeof key;
+    lens[2] = sizeof val;
+    r = rcp_cluster_command_argv(h, 3, argv, lens);
+    ck_assert_msg(rcpc_is_status(r, "OK"), "SET binary: %s", rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    argv[0] = "GET";
+    lens[0] = 3;
+    r = rcp_cluster_command_argv(h, 2, argv, lens);
+    ck_assert_msg(r != NULL && r->type == RCP_REPLY_STRING && r->len == sizeof val &&
+                      memcmp(r->str, val, sizeof val) == 0,
+                  "GET binary: %s", rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    r = rcp_cluster_command(h, "GET %s", "no-such-key-here");
+    ck_assert_msg(rcpc_is_nil(r), "GET missing: %s", rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    /* A server error keeps the server's text. */
+    r = rcp_cluster_command(h, "INCR %b", key, sizeof key);
+    ck_assert_msg(r != NULL && r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER &&
+                      strstr(r->str, "not an integer") != NULL,
+                  "INCR on a non-number: %s", rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+}
+END_TEST
+
+/* Stats and the node list describe the cluster. */
+START_TEST(test_stats_nodes)
+{
+    rcp_cluster_stats st;
+    rcp_cluster_node_info nodes[32];
+    size_t n, i;
+    int masters = 0, in_map = 0;
+    rcp_reply *r;
+
+    r = rcp_cluster_command(h, "SET %s %s", "stats:key", "1");
+    rcp_reply_free(r);
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &st), RCP_OK);
+    ck_assert_uint_ge(st.requests, 1);
+    ck_assert_uint_ge(st.map_version, 1);
+    ck_assert_uint_eq(st.nodes, 6);
+    n = rcp_cluster_get_nodes(h, nodes, 32);
+    ck_assert_uint_eq(n, 6);
+    for (i = 0; i < n; i++) {
+        ck_assert_msg(strncmp(nodes[i].addr, "127.0.0.1:", 10) == 0, "addr %s", nodes[i].addr);
+        masters += nodes[i].is_master;
+        in_map += nodes[i].in_map;
+    }
+    ck_assert_int_eq(masters, 3);
+    ck_assert_int_eq(in_map, 6);
+    /* max smaller than the count: fills max, returns the count. */
+    ck_assert_uint_eq(rcp_cluster_get_nodes(h, nodes, 2), 6);
+    ck_assert_uint_eq(rcp_cluster_get_nodes(h, NULL, 0), 6);
+}
+END_TEST
+
+/* Bootstrap: dead seeds are named in the error; a dead seed before a live
+ * one is skipped. */
+START_TEST(test_bootstrap)
+{
+    rcp_cluster_options o;
+    rcp_conn_options node;
+    rcp_cluster *c2 = NULL;
+    char seeds[128];
+    char err[2048] = "";
+    int rc;
+
+    rcpc_options(&o, &node, "127.0.0.1:1,127.0.0.1:2");
+    node.connect_timeout_ms = 500;
+    rc = rcp_cluster_open(&o, &c2, err, sizeof err);
+    ck_assert_int_ne(rc, RCP_OK);
+    ck_assert(c2 == NULL);
+    ck_assert_msg(strstr(err, "127.0.0.1:1") != NULL && strstr(err, "127.0.0.1:2") != NULL,
+                  "error does not name both seeds: %s", err);
+
+    snprintf(seeds, sizeof seeds, "127.0.0.1:1,%s", cl.seed);
+    o.seeds = seeds;
+    rc = rcp_cluster_open(&o, &c2, err, sizeof err);
+    ck_assert_msg(rc == RCP_OK && c2 != NULL, "open with one dead seed: %s (%s)", rcp_strerror(rc),
+                  err);
+    {
+        rcp_reply *r = rcp_cluster_command(c2, "PING");
+        ck_assert(rcpc_is_status(r, "PONG"));
+        rcp_reply_free(r);
+    }
+    rcp_cluster_close(c2);
+}
+END_TEST
+
+/* Many threads, many keys, async and sync mixed: every reply is the right
+ * one. */
+#define NTHREADS 8
+static atomic_int wrong;
+
+static void *worker(void *arg)
+{
+    long id = (long)arg;
+    int i;
+
+    for (i = 0; i < 300; i++) {
+        char key[64], val[64];
+        rcp_reply *r;
+        snprintf(key, sizeof key, "thr:%ld:%d", id, i);
+        snprintf(val, sizeof val, "%ld.%d", id, i);
+        r = rcp_cluster_command(h, "SET %s %s", key, val);
+        if (!rcpc_is_status(r, "OK"))
+            atomic_fetch_add(&wrong, 1);
+        rcp_reply_free(r);
+        r = rcp_cluster_command(h, "GET %s", key);
+        if (!rcpc_is_string(r, val))
+            atomic_fetch_add(&wrong, 1);
+        rcp_reply_free(r);
+    }
+    return NULL;
+}
+
+START_TEST(test_threads)
+{
+    pthread_t th[NTHREADS];
+    long i;
+
+    atomic_store(&wrong, 0);
+    for (i = 0; i < NTHREADS; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, worker, (void *)i), 0);
+    for (i = 0; i < NTHREADS; i++)
+        pthread_join(th[i], NULL);
+    ck_assert_int_eq(atomic_load(&wrong), 0);
+}
+END_TEST
+
+int main(void)
+{
+    char err[4096];
+    Suite *s = suite_create("cluster-routing");
+    TCase *tc = tcase_create("routing");
+    SRunner *sr;
+    int failed;
+
+    if (rcpc_init(err, sizeof err) != 0 || rcpc_start(&cl, 3, 1, NULL, err, sizeof err) != 0) {
+        fprintf(stderr, "cluster-routing: %s\n", err);
+        return 1;
+    }
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, rcpc_scale(60));
+    RCPC_ADD_TEST(tc, test_set_get_all_slots);
+    RCPC_ADD_TEST(tc, test_same_slot_multikey);
+    RCPC_ADD_TEST(tc, test_cross_slot);
+    RCPC_ADD_TEST(tc, test_keyless);
+    RCPC_ADD_TEST(tc, test_keyslot_matches_server);
+    RCPC_ADD_TEST(tc, test_binary);
+    RCPC_ADD_TEST(tc, test_stats_nodes);
+    RCPC_ADD_TEST(tc, test_bootstrap);
+    RCPC_ADD_TEST(tc, test_threads);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    rcpc_stop(&cl);
+    return failed == 0 ? 0 : 1;
+}
