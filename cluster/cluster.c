@@ -208,6 +208,23 @@ static rcp__node *pick(struct rcp_cluster *cl, rcp__shard *sh, const req *rq, in
         sh->nreplicas == 0)
         return sh->master;
     now = rcp__now_ns();
+    if (rq->policy == RCP_READ_NEAREST) {
+        /* Lowest measured round trip among the healthy members; unknown
+         * counts as slow. The master is the fallback. */
+        rcp__node *best = sh->master;
+        uint64_t best_rtt = atomic_load(&sh->master->rtt_ns);
+        if (!best_rtt)
+            best_rtt = UINT64_MAX;
+        for (i = 0; i < sh->nreplicas; i++) {
+            rcp__node *r = sh->replicas[i];
+            uint64_t rtt = atomic_load(&r->rtt_ns);
+            if (rtt && rtt < best_rtt && usable_for_reads(r, now)) {
+                best = r;
+                best_rtt = rtt;
+            }
+        }
+        return best;
+    }
     if (rq->policy == RCP_READ_MASTER_AND_REPLICAS)
         cand[n++] = sh->master;
     for (i = 0; i < sh->nreplicas && n < 32; i++)
@@ -470,6 +487,42 @@ static int refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_
     return 0;
 }
 
+/* Worker thread: PING every node in the map and smooth the round trip
+ * (1/4 new, 3/4 old), for RCP_READ_NEAREST. A PING shares the node's
+ * pipeline, so it measures what a request would see. */
+static void measure_rtt(struct rcp_cluster *cl)
+{
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    rcp__node *list[256], *n;
+    size_t k = 0, i;
+    pthread_mutex_lock(&cl->reg_mu);
+    for (n = cl->nodes; n && k < 256; n = n->next)
+        if (atomic_load(&n->in_map))
+            list[k++] = n;
+    pthread_mutex_unlock(&cl->reg_mu);
+    for (i = 0; i < k; i++) {
+        struct rcp_conn *conn;
+        rcp_reply *r;
+        uint64_t t0, rtt, old;
+        urcu_bp_read_lock();
+        conn = atomic_load(&list[i]->conn);
+        if (conn)
+            atomic_fetch_add(&conn->active_calls, 1);
+        urcu_bp_read_unlock();
+        if (!conn)
+            continue;
+        t0 = rcp__now_ns();
+        r = rcp__conn_command_raw(conn, ping, sizeof ping - 1, 0, 1000);
+        rtt = rcp__now_ns() - t0;
+        unpin(conn);
+        if (r->type == RCP_REPLY_STATUS) {
+            old = atomic_load(&list[i]->rtt_ns);
+            atomic_store(&list[i]->rtt_ns, old ? (old * 3 + rtt) / 4 : rtt);
+        }
+        rcp_reply_free(r);
+    }
+}
+
 static void submit(cfut *cf);
 static void finish(cfut *cf, rcp_reply *r);
 static void finish_error(cfut *cf, int code, const char *msg);
@@ -522,6 +575,8 @@ static void *worker_main(void *arg)
         if (do_refresh) {
             stat_add(forced ? &cl->st.forced : &cl->st.periodic, 1);
             refresh(cl, forced ? "forced" : "periodic", NULL, 0);
+            if (!forced)
+                measure_rtt(cl);
         }
         while (due) {
             cfut *cf = due;
@@ -620,6 +675,8 @@ static int decide(struct rcp_cluster *cl, req *rq, rcp__node *asked, const rcp_r
         }
         urcu_bp_read_unlock();
         stat_add(rd.kind == RCP__RD_MOVED ? &cl->st.moved : &cl->st.ask, 1);
+        if (asked)
+            stat_add(rd.kind == RCP__RD_MOVED ? &asked->moved : &asked->ask, 1);
         want_refresh(cl);
         rq->target = to;
         rq->asking = rd.kind == RCP__RD_ASK;
@@ -883,7 +940,7 @@ int rcp_cluster_send_argv_policy(rcp_cluster *cl, rcp_future *f, int policy, int
     req rq;
     const char *why;
     int rv, i;
-    if (!cl || !f || !f->resolve || argc < 1 || !argv)
+    if (!cl || !f || !f->resolve || argc < 1 || !argv || policy < -1 || policy > RCP_READ_NEAREST)
         return RCP_ERR_INVALID;
     for (i = 0; i < argc; i++)
         if (!argv[i])
@@ -1195,7 +1252,7 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
     *out = NULL;
     if (!o || !o->seeds || o->max_redirects < 0 || o->max_retries < 0 ||
         o->refresh_interval_ms <= 0 || o->min_refresh_gap_ms < 0 ||
-        o->read_policy < RCP_READ_MASTER_ONLY || o->read_policy > RCP_READ_MASTER_AND_REPLICAS) {
+        o->read_policy < RCP_READ_MASTER_ONLY || o->read_policy > RCP_READ_NEAREST) {
         if (errbuf)
             snprintf(errbuf, errbuf_len, "rcp_cluster_open: invalid options");
         return RCP_ERR_INVALID;
@@ -1255,6 +1312,7 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
         cluster_free(cl);
         return RCP_ERR_CONNECT;
     }
+    measure_rtt(cl);
     cl->last_refresh = rcp__now_ns();
     cl->next_periodic = cl->last_refresh + (uint64_t)cl->opt.refresh_interval_ms * 1000000ull;
     if (pthread_create(&cl->worker, NULL, worker_main, cl) != 0) {
@@ -1359,6 +1417,9 @@ size_t rcp_cluster_get_nodes(rcp_cluster *cl, rcp_cluster_node_info *out, size_t
             rcp_conn_get_stats(conn, &out[k].conn);
         else
             out[k].conn = n->last;
+        out[k].moved = atomic_load(&n->moved);
+        out[k].ask = atomic_load(&n->ask);
+        out[k].rtt_us = atomic_load(&n->rtt_ns) / 1000;
     }
     pthread_mutex_unlock(&cl->reg_mu);
     return k;

@@ -23,7 +23,9 @@ typedef struct rcp__node {
     atomic_int in_map;
     atomic_int is_master;
     _Atomic uint64_t loading_until; /* ns: skip for reads while LOADING */
-    rcp_conn_stats last;            /* counters of closed connections, summed */
+    rcp_conn_stats last;            /* counters of the last closed connection */
+    _Atomic uint64_t moved, ask;    /* redirects this node answered */
+    _Atomic uint64_t rtt_ns;        /* smoothed PING round trip, 0: unknown */
     struct rcp__node *next;         /* registry list */
 } rcp__node;
 

@@ -25,7 +25,9 @@ typedef struct rcp_cluster rcp_cluster;
 typedef enum rcp_read_policy {
     RCP_READ_MASTER_ONLY = 0,        /* every command to the slot's master */
     RCP_READ_PREFER_REPLICA = 1,     /* read-only commands to a healthy replica, else master */
-    RCP_READ_MASTER_AND_REPLICAS = 2 /* read-only commands spread over master and replicas */
+    RCP_READ_MASTER_AND_REPLICAS = 2, /* read-only commands spread over master and replicas */
+    RCP_READ_NEAREST = 3              /* read-only commands to the healthy member with the lowest
+                                       * round-trip time (the refresher PINGs every node) */
 } rcp_read_policy;
 
 /* Cluster events (rcp_event.type), in addition to conn.h's node events,
@@ -102,6 +104,8 @@ typedef struct rcp_cluster_node_info {
     int is_master;              /* in the current map */
     int in_map;                 /* 0: known but no longer in the map */
     rcp_conn_stats conn;        /* that node's connection counters */
+    uint64_t moved, ask;        /* redirects this node answered */
+    uint64_t rtt_us;            /* smoothed PING round trip (refresher), 0: not measured */
 } rcp_cluster_node_info;
 
 /* Fills up to max entries; returns how many nodes there are (may be more

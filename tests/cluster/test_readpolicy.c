@@ -190,7 +190,9 @@ static struct delta run(const char *what, int write, int policy, int duration_ms
  * node, plus a little slack for the handshake. */
 static uint64_t allowance(const struct delta *d)
 {
-    return d->refreshes + 3;
+    /* Each refresh: CLUSTER SLOTS to one node, and a periodic one also
+     * PINGs every node (round-trip times for RCP_READ_NEAREST). */
+    return d->refreshes * 4 + 3;
 }
 
 static void preload(void)
@@ -290,6 +292,35 @@ START_TEST(test_per_request_policy)
 }
 END_TEST
 
+/* NEAREST: reads succeed without redirects, and every node in the map has
+ * a measured round trip. */
+START_TEST(test_nearest)
+{
+    struct delta d;
+    rcp_cluster_node_info info[16];
+    size_t n, i, measured = 0, in_map = 0;
+
+    open_handle(RCP_READ_NEAREST, 0);
+    preload();
+    d = run("NEAREST GET", 0, -1, 0, 300);
+    ck_assert_msg(d.moved == 0, "NEAREST: %llu MOVED", (unsigned long long)d.moved);
+    n = rcp_cluster_get_nodes(h, info, 16);
+    for (i = 0; i < n && i < 16; i++) {
+        if (!info[i].in_map)
+            continue;
+        in_map++;
+        if (info[i].rtt_us > 0)
+            measured++;
+    }
+    ck_assert_uint_eq(in_map, 6);
+    ck_assert_msg(measured == in_map, "only %zu of %zu nodes have a round-trip time", measured,
+                  in_map);
+    d = run("NEAREST SET", 1, -1, 0, 200);
+    ck_assert_msg(d.replicas <= allowance(&d), "writes reached replicas: %llu",
+                  (unsigned long long)d.replicas);
+}
+END_TEST
+
 int main(void)
 {
     char err[4096];
@@ -308,6 +339,7 @@ int main(void)
     RCPC_ADD_TEST(tc, test_master_and_replicas);
     RCPC_ADD_TEST(tc, test_master_only);
     RCPC_ADD_TEST(tc, test_per_request_policy);
+    RCPC_ADD_TEST(tc, test_nearest);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
