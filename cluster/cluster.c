@@ -797,10 +797,12 @@ static int remaining_ms(const req *rq)
 static void finish(cfut *cf, rcp_reply *r)
 {
     rcp_future *u = cf->user;
+    struct rcp_cluster *cl = cf->cl;
     rcp__free(cf->rq.buf);
-    atomic_fetch_sub(&cf->cl->active_calls, 1);
     rcp__free(cf);
     u->resolve(u, r);
+    /* Only now may rcp_cluster_close go on: the callback has returned. */
+    atomic_fetch_sub(&cl->active_calls, 1);
 }
 
 static void finish_error(cfut *cf, int code, const char *msg)
