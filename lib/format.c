@@ -151,22 +151,31 @@ int rcp__arg_is(const char *arg, size_t len, const char *word)
     return word[len] == '\0';
 }
 
-static const char *const blocking[] = {
-    "BLPOP", "BRPOP", "BRPOPLPUSH", "BLMOVE", "BLMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP",
-    "WAIT", "WAITAOF", NULL,
+/* Screened command names with their lengths: a name of another length is
+ * rejected with one comparison, so screening costs little per request. */
+typedef struct word {
+    const char *w;
+    size_t len;
+} word;
+#define W(s) {s, sizeof(s) - 1}
+
+static const word blocking[] = {
+    W("BLPOP"), W("BRPOP"), W("BRPOPLPUSH"), W("BLMOVE"), W("BLMPOP"), W("BZPOPMIN"),
+    W("BZPOPMAX"), W("BZMPOP"), W("WAIT"), W("WAITAOF"), {NULL, 0},
 };
 
-static const char *const stateful[] = {
-    "MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH", "SUBSCRIBE", "PSUBSCRIBE",
-    "SSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE", "MONITOR", "SYNC",
-    "PSYNC", "QUIT", "RESET", "HELLO", "SELECT", "AUTH", "READONLY", "READWRITE", NULL,
+static const word stateful[] = {
+    W("MULTI"), W("EXEC"), W("DISCARD"), W("WATCH"), W("UNWATCH"), W("SUBSCRIBE"),
+    W("PSUBSCRIBE"), W("SSUBSCRIBE"), W("UNSUBSCRIBE"), W("PUNSUBSCRIBE"), W("SUNSUBSCRIBE"),
+    W("MONITOR"), W("SYNC"), W("PSYNC"), W("QUIT"), W("RESET"), W("HELLO"), W("SELECT"),
+    W("AUTH"), W("READONLY"), W("READWRITE"), {NULL, 0},
 };
 
-static int in_list(const char *arg, size_t len, const char *const *list)
+static int in_list(const char *arg, size_t len, const word *list)
 {
     int i;
-    for (i = 0; list[i]; i++)
-        if (rcp__arg_is(arg, len, list[i]))
+    for (i = 0; list[i].w; i++)
+        if (list[i].len == len && rcp__arg_is(arg, len, list[i].w))
             return 1;
     return 0;
 }
