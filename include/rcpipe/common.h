@@ -19,14 +19,6 @@ extern "C" {
 #define RCP_API
 #endif
 
-/* printf-format checking for functions that take plain printf formats
- * (not the %b-style command formats, which compilers cannot check). */
-#if defined(__GNUC__)
-#define RCP_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
-#else
-#define RCP_PRINTF(fmt_idx, arg_idx)
-#endif
-
 /* Error codes. RCP_OK is 0; every other value is a distinct failure.
  * Client-side errors reach callers as error replies (rcp_reply.err) or as
  * return values of functions that take no callback. */

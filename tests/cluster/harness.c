@@ -38,7 +38,7 @@ static pid_t base_owner;
 static rcpc_cluster *registry[MAX_CLUSTERS];
 static unsigned job_seq;
 
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) RCP_PRINTF(3, 4);
+static void fmt_err(char *err, size_t errlen, const char *fmt, ...) RCPC_PRINTF(3, 4);
 
 static void fmt_err(char *err, size_t errlen, const char *fmt, ...)
 {

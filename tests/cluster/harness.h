@@ -24,6 +24,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#if defined(__GNUC__)
+#define RCPC_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define RCPC_PRINTF(f, a)
+#endif
+
 #include <hiredis/hiredis.h>
 
 #include "rcpipe.h"
@@ -196,7 +202,7 @@ typedef struct rcpc_problem {
     char first[512];
 } rcpc_problem;
 #define RCPC_PROBLEM_INIT {PTHREAD_MUTEX_INITIALIZER, 0, ""}
-void rcpc_problem_note(rcpc_problem *p, const char *fmt, ...) RCP_PRINTF(2, 3);
+void rcpc_problem_note(rcpc_problem *p, const char *fmt, ...) RCPC_PRINTF(2, 3);
 int rcpc_problem_count(rcpc_problem *p);
 
 #endif

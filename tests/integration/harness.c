@@ -47,7 +47,7 @@ static char base_dir[PATH_MAX - 64];
 static pid_t base_owner;
 static pid_t atexit_pid;
 
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) RCP_PRINTF(3, 4);
+static void fmt_err(char *err, size_t errlen, const char *fmt, ...) RCPT_PRINTF(3, 4);
 
 static void fmt_err(char *err, size_t errlen, const char *fmt, ...)
 {

@@ -19,6 +19,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#if defined(__GNUC__)
+#define RCPT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define RCPT_PRINTF(f, a)
+#endif
+
 #include "rcpipe.h"
 
 #define RCPT_MAX_EXTRA_ARGS 32
