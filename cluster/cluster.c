@@ -970,38 +970,23 @@ int rcp_cluster_send_argv(rcp_cluster *cl, rcp_future *f, int argc, const char *
     return rcp_cluster_send_argv_policy(cl, f, -1, argc, argv, argvlen);
 }
 
-/* Format with a hiredis-style format and split it back into argv for
- * classification. */
+/* Format with a hiredis-style format, then classify the command. */
 static int format_req(struct rcp_cluster *cl, const char *fmt, va_list ap, req *rq,
                       const char **why)
 {
-    char *buf;
-    size_t len;
-    const char *sargv[256];
-    size_t slen[256];
-    int argc, rv;
-    *why = NULL;
-    if (!fmt)
-        return RCP_ERR_INVALID;
-    rv = rcp__format_vprintf(&buf, &len, fmt, ap);
+    rcp__fmt_cmd cmd;
+    int rv = rcp__format_command(&cmd, fmt, ap, why);
     if (rv != RCP_OK)
         return rv;
-    argc = rcp__format_split(buf, len, sargv, slen, 256);
-    if (argc < 1 || argc > 256) {
-        rcp__free(buf);
-        if (argc > 256)
-            *why = "the format variants take at most 256 arguments; use the argv variants";
-        return RCP_ERR_INVALID;
-    }
-    rv = classify(cl, argc, sargv, slen, rq, why);
-    if (rv == RCP_OK && len > cl->node_opt.max_request_bytes)
+    rv = classify(cl, cmd.argc, cmd.argv, cmd.argvlen, rq, why);
+    if (rv == RCP_OK && cmd.len > cl->node_opt.max_request_bytes)
         rv = RCP_ERR_TOO_LARGE;
     if (rv != RCP_OK) {
-        rcp__free(buf);
+        rcp__free(cmd.buf);
         return rv;
     }
-    rq->buf = buf;
-    rq->len = len;
+    rq->buf = cmd.buf;
+    rq->len = cmd.len;
     return RCP_OK;
 }
 

@@ -1343,26 +1343,20 @@ int rcp_conn_send_argv(rcp_conn *c, rcp_future *f, int argc, const char **argv,
 static int format_fmt(rcp_conn *c, const char *fmt, va_list ap, char **buf, size_t *len,
                       const char **why)
 {
-    const char *argv[16];
-    size_t argvlen[16];
-    int argc, rv;
-    *why = NULL;
-    if (!fmt)
-        return RCP_ERR_INVALID;
-    rv = rcp__format_vprintf(buf, len, fmt, ap);
+    rcp__fmt_cmd cmd;
+    int rv = rcp__format_command(&cmd, fmt, ap, why);
     if (rv != RCP_OK)
         return rv;
-    argc = rcp__format_split(*buf, *len, argv, argvlen, 16);
-    if (argc < 1) {
-        rcp__free(*buf);
-        return RCP_ERR_INVALID;
-    }
-    rv = rcp__command_check(argc < 16 ? argc : 16, argv, argvlen, why);
-    if (rv == RCP_OK && *len > c->opt.max_request_bytes)
+    rv = rcp__command_check(cmd.argc, cmd.argv, cmd.argvlen, why);
+    if (rv == RCP_OK && cmd.len > c->opt.max_request_bytes)
         rv = RCP_ERR_TOO_LARGE;
-    if (rv != RCP_OK)
-        rcp__free(*buf);
-    return rv;
+    if (rv != RCP_OK) {
+        rcp__free(cmd.buf);
+        return rv;
+    }
+    *buf = cmd.buf;
+    *len = cmd.len;
+    return RCP_OK;
 }
 
 int rcp_conn_sendv(rcp_conn *c, rcp_future *f, const char *fmt, va_list ap)

@@ -134,6 +134,25 @@ int rcp__format_split(const char *buf, size_t len, const char **argv, size_t *ar
     return (int)argc;
 }
 
+int rcp__format_command(rcp__fmt_cmd *out, const char *fmt, va_list ap, const char **why)
+{
+    int rv;
+    *why = NULL;
+    if (!fmt)
+        return RCP_ERR_INVALID;
+    rv = rcp__format_vprintf(&out->buf, &out->len, fmt, ap);
+    if (rv != RCP_OK)
+        return rv;
+    out->argc = rcp__format_split(out->buf, out->len, out->argv, out->argvlen, RCP__FMT_MAX_ARGS);
+    if (out->argc >= 1 && out->argc <= RCP__FMT_MAX_ARGS)
+        return RCP_OK;
+    if (out->argc > RCP__FMT_MAX_ARGS)
+        *why = "the format variants take at most 256 arguments; use the argv variants";
+    rcp__free(out->buf);
+    out->buf = NULL;
+    return RCP_ERR_INVALID;
+}
+
 int rcp__arg_is(const char *arg, size_t len, const char *word)
 {
     size_t i;

@@ -16,6 +16,22 @@ char *rcp__format_write(char *dst, int argc, const char **argv, const size_t *ar
  * RCP_OK and a buffer from the library allocator in *out, *outlen bytes. */
 int rcp__format_vprintf(char **out, size_t *outlen, const char *fmt, va_list ap);
 
+/* A command built from a hiredis-style format: the formatted bytes (from
+ * the library allocator, the caller frees buf) and its arguments split back
+ * out of them (pointers into buf), for screening and routing. */
+#define RCP__FMT_MAX_ARGS 256
+typedef struct rcp__fmt_cmd {
+    char *buf;
+    size_t len;
+    int argc;
+    const char *argv[RCP__FMT_MAX_ARGS];
+    size_t argvlen[RCP__FMT_MAX_ARGS];
+} rcp__fmt_cmd;
+
+/* RCP_OK and *out filled, or an error (nothing to free) with *why set when
+ * there is more to say than the code. */
+int rcp__format_command(rcp__fmt_cmd *out, const char *fmt, va_list ap, const char **why);
+
 /* Splits a request we formatted ourselves back into arguments: at most
  * `max` of them are reported (pointers into buf); returns the total argc,
  * or -1 if buf is not a RESP array of bulk strings. */
