@@ -238,6 +238,26 @@ static rcp__node *pick(struct rcp_cluster *cl, rcp__shard *sh, const req *rq, in
     return cand[(size_t)((tl_seed ^ (epoch * 0x9e3779b97f4a7c15ull)) >> 7) % n];
 }
 
+/* Inside urcu_bp_read_lock: the node's connection, counted as a call in
+ * progress so that closing it (after a grace period) waits for us; NULL if
+ * the node has none. Release with unpin(). */
+static struct rcp_conn *pin_locked(rcp__node *n)
+{
+    struct rcp_conn *conn = atomic_load(&n->conn);
+    if (conn)
+        atomic_fetch_add(&conn->active_calls, 1);
+    return conn;
+}
+
+static struct rcp_conn *pin(rcp__node *n)
+{
+    struct rcp_conn *conn;
+    urcu_bp_read_lock();
+    conn = pin_locked(n);
+    urcu_bp_read_unlock();
+    return conn;
+}
+
 /* Picks the node for the next attempt and pins its connection (counted as
  * a call in progress, so it is not freed under us). Returns NULL with *code
  * set when there is nowhere to send. */
@@ -259,11 +279,8 @@ static struct rcp_conn *route(struct rcp_cluster *cl, req *rq, rcp__node **node_
         if (sh)
             node = pick(cl, sh, rq, rq->has_slot ? atomic_load(&m->pinned[rq->slot]) : 0);
     }
-    if (node) {
-        conn = atomic_load(&node->conn);
-        if (conn)
-            atomic_fetch_add(&conn->active_calls, 1);
-    }
+    if (node)
+        conn = pin_locked(node);
     urcu_bp_read_unlock();
     *node_out = node;
     if (!node)
@@ -362,11 +379,7 @@ static int ask_slots(struct rcp_cluster *cl, rcp__node *n, rcp__slots_table **ou
     struct rcp_conn *conn;
     rcp_reply *r;
     int rv;
-    urcu_bp_read_lock();
-    conn = atomic_load(&n->conn);
-    if (conn)
-        atomic_fetch_add(&conn->active_calls, 1);
-    urcu_bp_read_unlock();
+    conn = pin(n);
     if (!conn) {
         snprintf(why, whylen, "no connection");
         return -1;
@@ -504,11 +517,7 @@ static void measure_rtt(struct rcp_cluster *cl)
         struct rcp_conn *conn;
         rcp_reply *r;
         uint64_t t0, rtt, old;
-        urcu_bp_read_lock();
-        conn = atomic_load(&list[i]->conn);
-        if (conn)
-            atomic_fetch_add(&conn->active_calls, 1);
-        urcu_bp_read_unlock();
+        conn = pin(list[i]);
         if (!conn)
             continue;
         t0 = rcp__now_ns();
@@ -1315,7 +1324,7 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
 void rcp_cluster_close(rcp_cluster *cl)
 {
     cfut *cf;
-    rcp__node *n;
+    rcp__node *n, *first;
     if (!cl)
         return;
     atomic_store(&cl->closing, 1);
@@ -1336,19 +1345,20 @@ void rcp_cluster_close(rcp_cluster *cl)
         finish_error(cf, RCP_ERR_CLOSED, "cluster handle closed");
         cf = next;
     }
-    /* Closing the connections resolves every request still on them; with
-     * `closing` set, nothing is resent. */
+    /* Detach every connection, wait out one grace period, then close
+     * them: closing resolves every request still on them and, with
+     * `closing` set, nothing is resent and no connection is made. */
     pthread_mutex_lock(&cl->reg_mu);
-    for (n = cl->nodes; n; n = n->next) {
-        struct rcp_conn *conn = atomic_exchange(&n->conn, NULL);
-        if (conn) {
-            pthread_mutex_unlock(&cl->reg_mu);
-            urcu_bp_synchronize_rcu();
-            rcp_conn_close(conn);
-            pthread_mutex_lock(&cl->reg_mu);
-        }
-    }
+    first = cl->nodes; /* nodes are only ever added at the head */
+    for (n = first; n; n = n->next)
+        n->detached = atomic_exchange(&n->conn, NULL);
     pthread_mutex_unlock(&cl->reg_mu);
+    urcu_bp_synchronize_rcu();
+    for (n = first; n; n = n->next) {
+        if (n->detached)
+            rcp_conn_close(n->detached);
+        n->detached = NULL;
+    }
     while (atomic_load(&cl->active_calls) > 0)
         usleep(1000);
     urcu_bp_barrier();

@@ -20,6 +20,7 @@ typedef struct rcp__node {
     int port;
     char addr[280];
     _Atomic(struct rcp_conn *) conn; /* NULL while detached */
+    struct rcp_conn *detached;        /* close only: waiting to be closed */
     atomic_int in_map;
     atomic_int is_master;
     _Atomic uint64_t loading_until; /* ns: skip for reads while LOADING */
