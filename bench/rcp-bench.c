@@ -1251,25 +1251,6 @@ typedef struct lib_snap {
     size_t nodes;
 } lib_snap;
 
-static void conn_stats_add(rcp_conn_stats *d, const rcp_conn_stats *s)
-{
-    d->requests += s->requests;
-    d->replies += s->replies;
-    d->batches += s->batches;
-    d->commands_written += s->commands_written;
-    d->write_calls += s->write_calls;
-    d->read_calls += s->read_calls;
-    d->bytes_out += s->bytes_out;
-    d->bytes_in += s->bytes_in;
-    d->timeouts += s->timeouts;
-    d->late_replies += s->late_replies;
-    d->reconnects += s->reconnects;
-    d->disconnects += s->disconnects;
-    d->fast_path += s->fast_path;
-    d->futex_wakes += s->futex_wakes;
-    d->loop_wakes += s->loop_wakes;
-}
-
 static bool lib_snap_read(const bench *b, lib_snap *out)
 {
     memset(out, 0, sizeof(*out));
@@ -1292,7 +1273,7 @@ static bool lib_snap_read(const bench *b, lib_snap *out)
             cap = n + 16;
         }
         for (i = 0; i < n; i++)
-            conn_stats_add(&out->conn, &ni[i].conn);
+            rcp_conn_stats_add(&out->conn, &ni[i].conn);
         out->nodes = n;
         free(ni);
         return true;

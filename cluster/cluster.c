@@ -139,23 +139,25 @@ void rcp_cluster_options_init(rcp_cluster_options *o)
 /* ------------------------------------------------------------------ */
 /* registry                                                            */
 
-static int node_connect(struct rcp_cluster *cl, rcp__node *n)
+/* reg_mu held. Opens the node's connection for `role`: only the replica
+ * one sends READONLY (see RCP__AS_REPLICA). */
+static int node_connect(struct rcp_cluster *cl, rcp__node *n, int role)
 {
     struct rcp_conn *conn;
     rcp_conn_options o = cl->node_opt;
     unsigned i = atomic_fetch_add(&cl->next_loop, 1) % cl->nloops;
     o.host = n->host;
     o.port = n->port;
-    /* Every node connection sends READONLY: harmless on a master, and a
-     * master demoted to replica keeps serving reads. */
-    if (rcp__conn_create(cl->loops[i], &o, RCP__CONN_READONLY, &conn) != RCP_OK)
+    if (rcp__conn_create(cl->loops[i], &o, role == RCP__AS_REPLICA ? RCP__CONN_READONLY : 0,
+                         &conn) != RCP_OK)
         return -1;
-    atomic_store(&n->conn, conn);
+    atomic_store(&n->conn[role], conn);
     return 0;
 }
 
-/* The node for host:port, created (and connected on demand) if new. */
-static rcp__node *node_get(struct rcp_cluster *cl, const char *host, int port)
+/* The node for host:port, created if new, with its connection for `role`
+ * made if it has none. */
+static rcp__node *node_get(struct rcp_cluster *cl, const char *host, int port, int role)
 {
     rcp__node *n;
     pthread_mutex_lock(&cl->reg_mu);
@@ -180,7 +182,8 @@ static rcp__node *node_get(struct rcp_cluster *cl, const char *host, int port)
         cl->nodes = n;
         cl->nnodes++;
     }
-    if (!atomic_load(&n->conn) && !atomic_load(&cl->closing) && node_connect(cl, n) < 0) {
+    if (!atomic_load(&n->conn[role]) && !atomic_load(&cl->closing) &&
+        node_connect(cl, n, role) < 0) {
         pthread_mutex_unlock(&cl->reg_mu);
         return NULL;
     }
@@ -191,19 +194,23 @@ static rcp__node *node_get(struct rcp_cluster *cl, const char *host, int port)
 /* ------------------------------------------------------------------ */
 /* routing                                                             */
 
-static int usable_for_reads(rcp__node *n, uint64_t now)
+static int usable_for_reads(rcp__node *n, int role, uint64_t now)
 {
-    struct rcp_conn *conn = atomic_load(&n->conn);
+    struct rcp_conn *conn = atomic_load(&n->conn[role]);
     return conn && rcp__conn_healthy(conn) && atomic_load(&n->loading_until) <= now;
 }
 
 /* Inside the read-side critical section. The caller's replica choice is
- * stable for replica_pick_ms so that its requests keep batching together. */
-static rcp__node *pick(struct rcp_cluster *cl, rcp__shard *sh, const req *rq, int pinned)
+ * stable for replica_pick_ms so that its requests keep batching together.
+ * *role says which of the node's connections to use: only a member picked
+ * as a replica gets the READONLY one. */
+static rcp__node *pick(struct rcp_cluster *cl, rcp__shard *sh, const req *rq, int pinned,
+                       int *role)
 {
     rcp__node *cand[32];
     size_t n = 0, i;
     uint64_t now, epoch;
+    *role = RCP__AS_MASTER;
     if (!(rq->flags & RCP__CMD_READONLY) || rq->policy == RCP_READ_MASTER_ONLY || pinned ||
         sh->nreplicas == 0)
         return sh->master;
@@ -218,42 +225,51 @@ static rcp__node *pick(struct rcp_cluster *cl, rcp__shard *sh, const req *rq, in
         for (i = 0; i < sh->nreplicas; i++) {
             rcp__node *r = sh->replicas[i];
             uint64_t rtt = atomic_load(&r->rtt_ns);
-            if (rtt && rtt < best_rtt && usable_for_reads(r, now)) {
+            if (rtt && rtt < best_rtt && usable_for_reads(r, RCP__AS_REPLICA, now)) {
                 best = r;
                 best_rtt = rtt;
             }
         }
+        if (best != sh->master)
+            *role = RCP__AS_REPLICA;
         return best;
     }
     if (rq->policy == RCP_READ_MASTER_AND_REPLICAS)
         cand[n++] = sh->master;
     for (i = 0; i < sh->nreplicas && n < 32; i++)
-        if (usable_for_reads(sh->replicas[i], now))
+        if (usable_for_reads(sh->replicas[i], RCP__AS_REPLICA, now))
             cand[n++] = sh->replicas[i];
     if (n == 0)
         return sh->master;
     if (!tl_seed)
         rnd();
     epoch = now / ((uint64_t)(cl->opt.replica_pick_ms > 0 ? cl->opt.replica_pick_ms : 1) * 1000000ull);
-    return cand[(size_t)((tl_seed ^ (epoch * 0x9e3779b97f4a7c15ull)) >> 7) % n];
+    i = (size_t)((tl_seed ^ (epoch * 0x9e3779b97f4a7c15ull)) >> 7) % n;
+    if (cand[i] != sh->master)
+        *role = RCP__AS_REPLICA;
+    return cand[i];
 }
 
-/* Inside urcu_bp_read_lock: the node's connection, counted as a call in
- * progress so that closing it (after a grace period) waits for us; NULL if
- * the node has none. Release with unpin(). */
-static struct rcp_conn *pin_locked(rcp__node *n)
+/* Inside urcu_bp_read_lock: the node's connection for `role`, counted as a
+ * call in progress so that closing it (after a grace period) waits for us;
+ * NULL if the node has none. Release with unpin(). */
+static struct rcp_conn *pin_locked(rcp__node *n, int role)
 {
-    struct rcp_conn *conn = atomic_load(&n->conn);
+    struct rcp_conn *conn = atomic_load(&n->conn[role]);
     if (conn)
         atomic_fetch_add(&conn->active_calls, 1);
     return conn;
 }
 
-static struct rcp_conn *pin(rcp__node *n)
+/* Either of the node's connections (the plain one first), for commands
+ * that any role answers the same: CLUSTER SLOTS, PING. */
+static struct rcp_conn *pin_any(rcp__node *n)
 {
     struct rcp_conn *conn;
     urcu_bp_read_lock();
-    conn = pin_locked(n);
+    conn = pin_locked(n, RCP__AS_MASTER);
+    if (!conn)
+        conn = pin_locked(n, RCP__AS_REPLICA);
     urcu_bp_read_unlock();
     return conn;
 }
@@ -264,8 +280,9 @@ static struct rcp_conn *pin(rcp__node *n)
 static struct rcp_conn *route(struct rcp_cluster *cl, req *rq, rcp__node **node_out, int *code)
 {
     rcp__map *m;
-    rcp__node *node = rq->target;
+    rcp__node *node = rq->target; /* a redirect names a master */
     struct rcp_conn *conn = NULL;
+    int role = RCP__AS_MASTER;
 
     urcu_bp_read_lock();
     m = current_map(cl);
@@ -277,10 +294,10 @@ static struct rcp_conn *route(struct rcp_cluster *cl, req *rq, rcp__node **node_
             sh = &m->shards[rnd() % m->nshards];
         }
         if (sh)
-            node = pick(cl, sh, rq, rq->has_slot ? atomic_load(&m->pinned[rq->slot]) : 0);
+            node = pick(cl, sh, rq, rq->has_slot ? atomic_load(&m->pinned[rq->slot]) : 0, &role);
     }
     if (node)
-        conn = pin_locked(node);
+        conn = pin_locked(node, role);
     urcu_bp_read_unlock();
     *node_out = node;
     if (!node)
@@ -326,12 +343,12 @@ static rcp__map *build_map(struct rcp_cluster *cl, const rcp__slots_table *t)
         const rcp__slots_range *rg = &t->ranges[i];
         rcp__shard *sh = &m->shards[i];
         unsigned s;
-        sh->master = node_get(cl, rg->nodes[0].host, rg->nodes[0].port);
+        sh->master = node_get(cl, rg->nodes[0].host, rg->nodes[0].port, RCP__AS_MASTER);
         if (!sh->master)
             goto fail;
         sh->replicas = &m->replica_store[r];
         for (j = 1; j < rg->nnodes; j++) {
-            rcp__node *n = node_get(cl, rg->nodes[j].host, rg->nodes[j].port);
+            rcp__node *n = node_get(cl, rg->nodes[j].host, rg->nodes[j].port, RCP__AS_REPLICA);
             if (!n)
                 goto fail;
             m->replica_store[r++] = n;
@@ -379,7 +396,7 @@ static int ask_slots(struct rcp_cluster *cl, rcp__node *n, rcp__slots_table **ou
     struct rcp_conn *conn;
     rcp_reply *r;
     int rv;
-    conn = pin(n);
+    conn = pin_any(n);
     if (!conn) {
         snprintf(why, whylen, "no connection");
         return -1;
@@ -425,7 +442,7 @@ static int refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_
     nmasters = old ? (old->nshards < 128 ? old->nshards : 128) : 0;
     r0 = nmasters ? (size_t)rnd() % nmasters : 0;
     for (i = 0; i < (size_t)cl->nseeds && nc < 256; i++) {
-        rcp__node *s = node_get(cl, cl->seeds[i].host, cl->seeds[i].port);
+        rcp__node *s = node_get(cl, cl->seeds[i].host, cl->seeds[i].port, RCP__AS_MASTER);
         if (s)
             cands[nc++] = s;
     }
@@ -473,9 +490,15 @@ static int refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_
         for (int k = 0; k < cl->nseeds; k++)
             if (n->port == cl->seeds[k].port && strcmp(n->host, cl->seeds[k].host) == 0)
                 is_seed = 1;
-        if (!atomic_load(&n->in_map) && !is_seed && atomic_load(&n->conn) && nclosing < 256) {
-            struct rcp_conn *cn = atomic_exchange(&n->conn, NULL);
-            rcp_conn_get_stats(cn, &n->last);
+        if (atomic_load(&n->in_map) || is_seed)
+            continue;
+        for (int role = 0; role < RCP__ROLES && nclosing < 256; role++) {
+            struct rcp_conn *cn = atomic_exchange(&n->conn[role], NULL);
+            rcp_conn_stats st;
+            if (!cn)
+                continue;
+            rcp_conn_get_stats(cn, &st);
+            rcp_conn_stats_add(&n->last, &st);
             closing[nclosing++] = cn;
         }
     }
@@ -517,7 +540,7 @@ static void measure_rtt(struct rcp_cluster *cl)
         struct rcp_conn *conn;
         rcp_reply *r;
         uint64_t t0, rtt, old;
-        conn = pin(list[i]);
+        conn = pin_any(list[i]);
         if (!conn)
             continue;
         t0 = rcp__now_ns();
@@ -668,7 +691,8 @@ static int decide(struct rcp_cluster *cl, req *rq, rcp__node *asked, const rcp_r
                      (int)(r->len < 200 ? r->len : 200), r->str);
             return ACT_FAIL;
         }
-        to = node_get(cl, rd.host[0] ? rd.host : (asked ? asked->host : "127.0.0.1"), rd.port);
+        to = node_get(cl, rd.host[0] ? rd.host : (asked ? asked->host : "127.0.0.1"), rd.port,
+                      RCP__AS_MASTER);
         if (!to) {
             *code = RCP_ERR_OOM;
             snprintf(msg, msglen, "out of memory following a redirect");
@@ -1207,10 +1231,12 @@ static void cluster_free(struct rcp_cluster *cl)
     rcp__node *n, *next;
     unsigned i;
     for (n = cl->nodes; n; n = next) {
-        struct rcp_conn *conn = atomic_exchange(&n->conn, NULL);
         next = n->next;
-        if (conn)
-            rcp_conn_close(conn);
+        for (int role = 0; role < RCP__ROLES; role++) {
+            struct rcp_conn *conn = atomic_exchange(&n->conn[role], NULL);
+            if (conn)
+                rcp_conn_close(conn);
+        }
     }
     for (n = cl->nodes; n; n = next) {
         next = n->next;
@@ -1351,13 +1377,16 @@ void rcp_cluster_close(rcp_cluster *cl)
     pthread_mutex_lock(&cl->reg_mu);
     first = cl->nodes; /* nodes are only ever added at the head */
     for (n = first; n; n = n->next)
-        n->detached = atomic_exchange(&n->conn, NULL);
+        for (int role = 0; role < RCP__ROLES; role++)
+            n->detached[role] = atomic_exchange(&n->conn[role], NULL);
     pthread_mutex_unlock(&cl->reg_mu);
     urcu_bp_synchronize_rcu();
     for (n = first; n; n = n->next) {
-        if (n->detached)
-            rcp_conn_close(n->detached);
-        n->detached = NULL;
+        for (int role = 0; role < RCP__ROLES; role++) {
+            if (n->detached[role])
+                rcp_conn_close(n->detached[role]);
+            n->detached[role] = NULL;
+        }
     }
     while (atomic_load(&cl->active_calls) > 0)
         usleep(1000);
@@ -1402,18 +1431,19 @@ size_t rcp_cluster_get_nodes(rcp_cluster *cl, rcp_cluster_node_info *out, size_t
         return 0;
     pthread_mutex_lock(&cl->reg_mu);
     for (n = cl->nodes; n; n = n->next, k++) {
-        struct rcp_conn *conn;
         if (k >= max || !out)
             continue;
         memset(&out[k], 0, sizeof out[k]);
         snprintf(out[k].addr, sizeof out[k].addr, "%s", n->addr);
         out[k].is_master = atomic_load(&n->is_master);
         out[k].in_map = atomic_load(&n->in_map);
-        conn = atomic_load(&n->conn);
-        if (conn)
-            rcp_conn_get_stats(conn, &out[k].conn);
-        else
-            out[k].conn = n->last;
+        out[k].conn = n->last;
+        for (int role = 0; role < RCP__ROLES; role++) {
+            struct rcp_conn *conn = atomic_load(&n->conn[role]);
+            rcp_conn_stats st;
+            if (conn && rcp_conn_get_stats(conn, &st) == RCP_OK)
+                rcp_conn_stats_add(&out[k].conn, &st);
+        }
         out[k].moved = atomic_load(&n->moved);
         out[k].ask = atomic_load(&n->ask);
         out[k].rtt_us = atomic_load(&n->rtt_ns) / 1000;

@@ -12,19 +12,28 @@
 #include "logic.h"
 #include "rcpipe/cluster.h"
 
+/* Which of a node's two connections a request uses. A node has a plain
+ * connection for whatever is routed to it as a master, and a READONLY one
+ * for reads routed to it as a replica. They are never mixed: a master
+ * demoted to replica while a READONLY connection is open to it would serve
+ * master-only reads from its own copy (stale, or empty during its full
+ * sync) instead of answering MOVED. */
+enum { RCP__AS_MASTER = 0, RCP__AS_REPLICA = 1, RCP__ROLES = 2 };
+
 /* A node of the cluster, by address. Nodes live until the handle closes
- * (a few hundred bytes each); their connection is closed and detached when
- * they leave the map, and recreated if they come back. */
+ * (a few hundred bytes each); their connections are made when a map (or a
+ * redirect) first uses the node in that role, closed and detached when the
+ * node leaves the map, and remade if it comes back. */
 typedef struct rcp__node {
     char *host;
     int port;
     char addr[280];
-    _Atomic(struct rcp_conn *) conn; /* NULL while detached */
-    struct rcp_conn *detached;        /* close only: waiting to be closed */
+    _Atomic(struct rcp_conn *) conn[RCP__ROLES]; /* NULL while none */
+    struct rcp_conn *detached[RCP__ROLES];        /* close only: waiting to be closed */
     atomic_int in_map;
     atomic_int is_master;
     _Atomic uint64_t loading_until; /* ns: skip for reads while LOADING */
-    rcp_conn_stats last;            /* counters of the last closed connection */
+    rcp_conn_stats last;            /* counters of its closed connections, summed */
     _Atomic uint64_t moved, ask;    /* redirects this node answered */
     _Atomic uint64_t rtt_ns;        /* smoothed PING round trip, 0: unknown */
     struct rcp__node *next;         /* registry list */

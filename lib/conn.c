@@ -1821,3 +1821,26 @@ int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *o)
 #undef S
     return RCP_OK;
 }
+
+void rcp_conn_stats_add(rcp_conn_stats *sum, const rcp_conn_stats *add)
+{
+    if (!sum || !add)
+        return;
+#define A(x) sum->x += add->x
+    A(requests);
+    A(replies);
+    A(batches);
+    A(commands_written);
+    A(write_calls);
+    A(read_calls);
+    A(bytes_out);
+    A(bytes_in);
+    A(timeouts);
+    A(late_replies);
+    A(reconnects);
+    A(disconnects);
+    A(fast_path);
+    A(futex_wakes);
+    A(loop_wakes);
+#undef A
+}

@@ -156,6 +156,9 @@ typedef struct rcp_conn_stats {
 
 RCP_API int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *out);
 
+/* Adds every counter of `add` to `sum` (totals over connections or nodes). */
+RCP_API void rcp_conn_stats_add(rcp_conn_stats *sum, const rcp_conn_stats *add);
+
 #ifdef __cplusplus
 }
 #endif

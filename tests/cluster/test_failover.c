@@ -1,4 +1,6 @@
-/* test_failover.c: a master is SIGKILLed under load.
+/* test_failover.c: a master is demoted by a manual failover (its
+ * master-only reads must be redirected, not served from its copy); then a
+ * master is SIGKILLed under load.
  *
  * Readers (PREFER_REPLICA, the handle's policy) keep succeeding (> 99%),
  * and never see a wrong value. Writes to the dead master's slots fail with
@@ -148,6 +150,125 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* The first master with slots and a replica, and that replica. */
+static int master_with_replica(const rcpc_topo *t, int *master, int *replica)
+{
+    int i, k;
+
+    for (i = 0; i < t->n; i++) {
+        if (!t->node[i].is_master || t->node[i].nslots == 0)
+            continue;
+        for (k = 0; k < t->n; k++)
+            if (!t->node[k].is_master && t->node[k].master_port == t->node[i].port) {
+                *master = t->node[i].port;
+                *replica = t->node[k].port;
+                return 0;
+            }
+    }
+    return -1;
+}
+
+/* Waits until `port` says of itself that it is (want_master) or is not a
+ * master, and, from its own view, that `slot` belongs to `owner`. */
+static int wait_role(int port, int want_master, unsigned slot, int owner, int timeout_ms)
+{
+    int64_t deadline = rcpc_now_ms() + timeout_ms;
+
+    for (;;) {
+        rcpc_topo t;
+        int o;
+        if (rcpc_role_is_master(port) == want_master && rcpc_topology(port, &t) == 0 &&
+            (o = rcpc_slot_owner(&t, slot)) >= 0 && t.node[o].port == owner)
+            return 0;
+        if (rcpc_now_ms() > deadline)
+            return -1;
+        rcpc_sleep_ms(50);
+    }
+}
+
+/* A master demoted to replica (a manual failover, so no data is lost) must
+ * not answer the handle's master-only reads from its own copy: a demoted
+ * node may be stale, or empty while it syncs from its new master. It has
+ * to answer MOVED, which only happens if the connection the library uses
+ * for master traffic never sent READONLY. The handle's map is stale on
+ * purpose (no periodic refresh during the test), so the read goes to the
+ * demoted node first. Before the fix every node connection sent READONLY
+ * and this read was served by the replica with no redirect. */
+START_TEST(test_demoted_master_redirects)
+{
+    rcp_cluster_options o;
+    rcp_conn_options node;
+    rcp_cluster_stats st0, st1;
+    rcp_cluster_node_info ni0, ni1;
+    rcpc_topo t;
+    char err[4096], d[256], key[64];
+    int master = 0, replica = 0, i;
+    unsigned slot = 0;
+    redisReply *rr;
+    rcp_reply *r;
+
+    ck_assert_msg(rcpc_wait_ok(&cl, 30, err, sizeof err) == 0, "%s", err);
+    rcpc_options(&o, &node, cl.seed);
+    o.read_policy = RCP_READ_MASTER_ONLY;
+    o.refresh_interval_ms = 600000;
+    h = rcpc_open(&o);
+
+    ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
+    ck_assert_msg(master_with_replica(&t, &master, &replica) == 0, "no master with a replica");
+    i = rcpc_find_port(&t, master);
+    while (!rcpc_has_slot(&t.node[i], slot))
+        slot++;
+    snprintf(key, sizeof key, "%sdemoted", rcpc_slot_tag(slot));
+    r = rcp_cluster_command(h, "SET %s v1", key);
+    ck_assert_msg(rcpc_is_status(r, "OK"), "SET: %s", rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0, "replicas not in sync");
+
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &st0), RCP_OK);
+    rr = rcpc_ask(replica, "CLUSTER FAILOVER");
+    ck_assert_msg(rr && rr->type == REDIS_REPLY_STATUS, "CLUSTER FAILOVER on %d: %s", replica,
+                  rr && rr->str ? rr->str : "no reply");
+    freeReplyObject(rr);
+    ck_assert_msg(wait_role(master, 0, slot, replica, rcpc_scale(20000)) == 0,
+                  "%d did not become a replica of %d", master, replica);
+
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &st1), RCP_OK);
+    ck_assert_msg(st1.map_version == st0.map_version,
+                  "the handle refreshed its map during the failover (v%llu -> v%llu): the read "
+                  "below would not reach the demoted node",
+                  (unsigned long long)st0.map_version, (unsigned long long)st1.map_version);
+    ck_assert_int_eq(rcpc_node_info(h, master, &ni0), 1);
+    r = rcp_cluster_command(h, "GET %s", key);
+    ck_assert_msg(rcpc_is_string(r, "v1"), "GET after the failover: %s",
+                  rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &st1), RCP_OK);
+    ck_assert_int_eq(rcpc_node_info(h, master, &ni1), 1);
+    ck_assert_msg(ni1.conn.requests > ni0.conn.requests,
+                  "the read did not go to the demoted node %d first", master);
+    ck_assert_msg(st1.moved > st0.moved && ni1.moved > ni0.moved,
+                  "the demoted master %d served a master-only read itself (MOVED %llu -> %llu)",
+                  master, (unsigned long long)ni0.moved, (unsigned long long)ni1.moved);
+    rcp_cluster_close(h);
+    h = NULL;
+
+    /* Give the cluster its first shape back for the next test. A manual
+     * failover only starts once the replica's link is up; retry it. */
+    for (i = 0; i < 3; i++) {
+        ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0,
+                      "replicas not in sync");
+        rr = rcpc_ask(master, "CLUSTER FAILOVER");
+        ck_assert_msg(rr && rr->type == REDIS_REPLY_STATUS, "failing back: %s",
+                      rr && rr->str ? rr->str : "no reply");
+        freeReplyObject(rr);
+        if (wait_role(master, 1, slot, master, rcpc_scale(10000)) == 0)
+            break;
+    }
+    ck_assert_msg(i < 3, "%d did not become master again", master);
+    ck_assert_msg(rcpc_wait_ok(&cl, 30, err, sizeof err) == 0, "%s", err);
+}
+END_TEST
+
 START_TEST(test_master_killed_under_load)
 {
     rcp_cluster_options o;
@@ -180,18 +301,7 @@ START_TEST(test_master_killed_under_load)
 
     /* The victim: a master with a replica. */
     ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
-    for (i = 0; i < t.n && victim == 0; i++) {
-        int k;
-        if (!t.node[i].is_master || t.node[i].nslots == 0)
-            continue;
-        for (k = 0; k < t.n; k++)
-            if (!t.node[k].is_master && t.node[k].master_port == t.node[i].port) {
-                victim = t.node[i].port;
-                heir = t.node[k].port;
-                break;
-            }
-    }
-    ck_assert_msg(victim != 0, "no master with a replica");
+    ck_assert_msg(master_with_replica(&t, &victim, &heir) == 0, "no master with a replica");
     {
         int vi = rcpc_find_port(&t, victim);
         int step = t.node[vi].nslots / NVSLOTS + 1;
@@ -329,6 +439,7 @@ int main(void)
         return 1;
     }
     tcase_set_timeout(tc, rcpc_scale(200));
+    RCPC_ADD_TEST(tc, test_demoted_master_redirects);
     RCPC_ADD_TEST(tc, test_master_killed_under_load);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);

@@ -2,7 +2,8 @@
  * request counters of rcp_cluster_get_nodes.
  *
  * PREFER_REPLICA: GETs go to replicas (every replica gets some), masters
- * get none, and no MOVED is needed (replica connections are READONLY).
+ * get none, and no MOVED is needed (the connections used for replica reads
+ * are READONLY).
  * MASTER_AND_REPLICAS: GETs spread over both masters and replicas.
  * MASTER_ONLY: replicas get nothing. Writes go to masters under every
  * policy. The per-request policy (rcp_cluster_send_argv_policy) overrides

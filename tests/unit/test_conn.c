@@ -450,6 +450,26 @@ START_TEST(caller_errors_never_call_back)
 }
 END_TEST
 
+/* Summing counters: every field is added, NULL is ignored. */
+START_TEST(stats_add_sums_every_field)
+{
+    rcp_conn_stats a, b;
+    uint64_t *pa = (uint64_t *)&a;
+    size_t i, n = sizeof a / sizeof(uint64_t);
+
+    for (i = 0; i < n; i++) {
+        ((uint64_t *)&a)[i] = i + 1;
+        ((uint64_t *)&b)[i] = 100 * (i + 1);
+    }
+    rcp_conn_stats_add(&a, &b);
+    for (i = 0; i < n; i++)
+        ck_assert_uint_eq(pa[i], 101 * (i + 1));
+    rcp_conn_stats_add(NULL, &b);
+    rcp_conn_stats_add(&a, NULL);
+    ck_assert_uint_eq(a.requests, 101);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("conn");
@@ -462,6 +482,7 @@ int main(void)
     tcase_add_test(tc, reply_without_request_is_never_handed_to_a_caller);
     tcase_add_test(tc, more_replies_than_requests_closes_the_connection);
     tcase_add_test(tc, caller_errors_never_call_back);
+    tcase_add_test(tc, stats_add_sums_every_field);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
