@@ -628,6 +628,49 @@ static void *worker_main(void *arg)
 }
 
 /* ------------------------------------------------------------------ */
+/* for the handle's other modules (cluster_int.h)                      */
+
+int rcp__cluster_slot_master(struct rcp_cluster *cl, unsigned slot, char *host, size_t hostlen,
+                             int *port)
+{
+    rcp__shard *sh = NULL;
+    int rv = -1;
+    if (slot >= RCP__SLOTS)
+        return -1;
+    urcu_bp_read_lock();
+    sh = atomic_load(&current_map(cl)->slots[slot]);
+    if (sh && sh->master) {
+        snprintf(host, hostlen, "%s", sh->master->host);
+        *port = sh->master->port;
+        rv = 0;
+    }
+    urcu_bp_read_unlock();
+    if (rv < 0)
+        want_refresh(cl);
+    return rv;
+}
+
+void rcp__cluster_refresh_soon(struct rcp_cluster *cl)
+{
+    want_refresh(cl);
+}
+
+const rcp_conn_options *rcp__cluster_node_options(struct rcp_cluster *cl)
+{
+    return &cl->node_opt;
+}
+
+void rcp__cluster_emit(struct rcp_cluster *cl, int type, int err, const char *msg)
+{
+    emit(cl, type, err, msg);
+}
+
+int rcp__cluster_closing(struct rcp_cluster *cl)
+{
+    return atomic_load(&cl->closing);
+}
+
+/* ------------------------------------------------------------------ */
 /* the retry rules, in one place                                       */
 
 enum { ACT_DONE, ACT_RESEND, ACT_LATER, ACT_FAIL };

@@ -73,4 +73,21 @@ void rcp__map_free(rcp__map *m);
  * atomic store; no copy of the map). Returns -1 on OOM. */
 int rcp__map_move_slot(rcp__map *m, unsigned slot, rcp__node *node);
 
+/* cluster.c, for the handle's other modules (multi-key commands, pub/sub,
+ * node-wide commands). */
+
+/* The current master of `slot` by the handle's map: its host (copied,
+ * truncated to hostlen) and port. Returns 0, or -1 if no node serves the
+ * slot (a refresh is then asked for). No lock, no allocation. */
+int rcp__cluster_slot_master(struct rcp_cluster *cl, unsigned slot, char *host, size_t hostlen,
+                             int *port);
+/* Ask the refresher for a new map soon (coalesced and rate-limited). */
+void rcp__cluster_refresh_soon(struct rcp_cluster *cl);
+/* The per-node connection options the handle was opened with. */
+const rcp_conn_options *rcp__cluster_node_options(struct rcp_cluster *cl);
+/* Report an event through the handle's event callback (if any). */
+void rcp__cluster_emit(struct rcp_cluster *cl, int type, int err, const char *msg);
+/* 1 once rcp_cluster_close has begun. */
+int rcp__cluster_closing(struct rcp_cluster *cl);
+
 #endif

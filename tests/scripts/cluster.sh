@@ -33,6 +33,15 @@
 #                                  and nodes.conf, so it rejoins; prints its pid
 #   cluster.sh nodes DIR           one line per node: PORT PID ROLE (ROLE is
 #                                  master, slave, or down)
+#   cluster.sh pause DIR PORT      SIGSTOP that node (it keeps its sockets but
+#                                  answers nothing, not even the cluster bus)
+#   cluster.sh resume DIR PORT     SIGCONT it again
+#   cluster.sh failover DIR PORT [force|takeover]
+#                                  CLUSTER FAILOVER on that replica (a manual
+#                                  failover: the replica waits until it has
+#                                  caught up with its master's replication
+#                                  stream), then waits (bounded) until it
+#                                  says it is a master
 #   cluster.sh myid DIR PORT       the node's cluster id
 #
 # cluster.env (sourceable by bash) holds DIR, MASTERS, REPLICAS, NODE_TIMEOUT,
@@ -682,6 +691,39 @@ cmd_del_node() {
     wait_ok 30 || die "cluster not ok after del-node"
 }
 
+# SIGSTOP / SIGCONT one node we own (after the same pid check as kill).
+signal_node() {
+    local sig=$1 port=$2 pid
+    pid=$(pid_of "$port")
+    [ -n "$pid" ] || die "port $port is not a node of this cluster"
+    is_our_server "$pid" "$port" || die "node $port is not running (pid ${pid:-none})"
+    kill "-$sig" "$pid"
+}
+
+cmd_failover() {
+    local port=${2:?port} how=${3:-} pid reply deadline
+    load_env "${1:?}"
+    pid=$(pid_of "$port")
+    [ -n "$pid" ] || die "port $port is not a node of this cluster"
+    is_our_server "$pid" "$port" || die "node $port is not running"
+    case "$how" in
+    "" | force | takeover) ;;
+    *) die "failover: unknown option $how (force or takeover)" ;;
+    esac
+    [ "$(cli "$port" role 2>/dev/null | head -n 1 | tr -d '\r')" = slave ] ||
+        die "node $port is not a replica"
+    reply=$(cli "$port" cluster failover ${how:+"$how"} 2>&1 | tr -d '\r' || true)
+    [ "$reply" = OK ] || die "CLUSTER FAILOVER on $port: $reply"
+    deadline=$(($(now_ms) + 30000))
+    while [ "$(now_ms)" -lt "$deadline" ]; do
+        if [ "$(cli "$port" role 2>/dev/null | head -n 1 | tr -d '\r' || true)" = master ]; then
+            return 0
+        fi
+        sleep 0.05
+    done
+    die "node $port is not a master 30 s after CLUSTER FAILOVER"
+}
+
 cmd_nodes() {
     load_env "${1:?}"
     local -a ports pids
@@ -715,12 +757,21 @@ del-node) cmd_del_node "$@" ;;
 kill) cmd_kill "$@" ;;
 restart) cmd_restart "$@" ;;
 nodes) cmd_nodes "$@" ;;
+pause)
+    load_env "${1:?cluster directory}"
+    signal_node STOP "${2:?port}"
+    ;;
+resume)
+    load_env "${1:?cluster directory}"
+    signal_node CONT "${2:?port}"
+    ;;
+failover) cmd_failover "$@" ;;
 myid)
     load_env "${1:?cluster directory}"
     node_id "${2:?port}"
     ;;
 *)
-    sed -n '2,40p' "$0" >&2
+    sed -n '2,50p' "$0" >&2
     exit 2
     ;;
 esac
