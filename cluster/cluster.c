@@ -23,6 +23,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "cluster_int.h"
+#include "multi.h"
 #include "format.h"
 #include "reply.h"
 
@@ -795,6 +796,22 @@ static int decide(struct rcp_cluster *cl, req *rq, rcp__node *asked, const rcp_r
 /* ------------------------------------------------------------------ */
 /* classification                                                      */
 
+/* The refusal of a command whose keys span slots, naming two of them; in
+ * a per-thread buffer (valid until the thread's next refusal). */
+static const char *cross_slot_why(const char **argv, const size_t *argvlen, int a, unsigned sa,
+                                  int b, unsigned sb)
+{
+    static _Thread_local char buf[300];
+    size_t la = argvlen ? argvlen[a] : strlen(argv[a]);
+    size_t lb = argvlen ? argvlen[b] : strlen(argv[b]);
+    snprintf(buf, sizeof buf,
+             "CROSSSLOT: keys in different slots: '%.*s' (slot %u) and '%.*s' (slot %u); only "
+             "MGET, MSET, DEL, UNLINK, EXISTS and TOUCH are split by slot, other commands need "
+             "their keys in one slot (use a {hash tag})",
+             (int)(la < 60 ? la : 60), argv[a], sa, (int)(lb < 60 ? lb : 60), argv[b], sb);
+    return buf;
+}
+
 /* Classify argv into rq (flags, slot). Returns RCP_OK or an error code
  * with *why set. */
 static int classify(struct rcp_cluster *cl, int argc, const char **argv, const size_t *argvlen,
@@ -827,7 +844,7 @@ static int classify(struct rcp_cluster *cl, int argc, const char **argv, const s
         if (i == 0)
             rq->slot = s;
         else if (s != rq->slot) {
-            *why = "CROSSSLOT: the command's keys hash to different slots";
+            *why = cross_slot_why(argv, argvlen, idx[0], rq->slot, idx[i], s);
             return RCP_ERR_CROSS_SLOT;
         }
     }
@@ -839,9 +856,10 @@ static int classify(struct rcp_cluster *cl, int argc, const char **argv, const s
         rcp__cmd_keys(cmd, argc, argv, argvlen, big, nk);
         for (i = 64; i < nk; i++) {
             size_t l = argvlen ? argvlen[big[i]] : strlen(argv[big[i]]);
-            if (rcp__keyslot(argv[big[i]], l) != rq->slot) {
+            unsigned s = rcp__keyslot(argv[big[i]], l);
+            if (s != rq->slot) {
+                *why = cross_slot_why(argv, argvlen, big[0], rq->slot, big[i], s);
                 rcp__free(big);
-                *why = "CROSSSLOT: the command's keys hash to different slots";
                 return RCP_ERR_CROSS_SLOT;
             }
         }
@@ -1028,6 +1046,8 @@ int rcp_cluster_send_argv_policy(rcp_cluster *cl, rcp_future *f, int policy, int
     memset(&rq, 0, sizeof rq);
     rq.policy = policy;
     rv = classify(cl, argc, argv, argvlen, &rq, &why);
+    if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(argc, argv, argvlen))
+        return rcp__multi_send(cl, f, policy, argc, argv, argvlen);
     if (rv != RCP_OK)
         return rv;
     rq.len = rcp__format_len(argc, argv, argvlen);
@@ -1047,27 +1067,31 @@ int rcp_cluster_send_argv(rcp_cluster *cl, rcp_future *f, int argc, const char *
 }
 
 /* Format with a hiredis-style format, then classify the command. */
+/* On RCP_ERR_CROSS_SLOT for a command split by slot, cmd is left filled
+ * (the caller sends it split and frees cmd->buf). */
 static int format_req(struct rcp_cluster *cl, const char *fmt, va_list ap, req *rq,
-                      const char **why)
+                      const char **why, rcp__fmt_cmd *cmd)
 {
-    rcp__fmt_cmd cmd;
-    int rv = rcp__format_command(&cmd, fmt, ap, why);
+    int rv = rcp__format_command(cmd, fmt, ap, why);
     if (rv != RCP_OK)
         return rv;
-    rv = classify(cl, cmd.argc, cmd.argv, cmd.argvlen, rq, why);
-    if (rv == RCP_OK && cmd.len > cl->node_opt.max_request_bytes)
+    rv = classify(cl, cmd->argc, cmd->argv, cmd->argvlen, rq, why);
+    if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(cmd->argc, cmd->argv, cmd->argvlen))
+        return rv;
+    if (rv == RCP_OK && cmd->len > cl->node_opt.max_request_bytes)
         rv = RCP_ERR_TOO_LARGE;
     if (rv != RCP_OK) {
-        rcp__free(cmd.buf);
+        rcp__free(cmd->buf);
         return rv;
     }
-    rq->buf = cmd.buf;
-    rq->len = cmd.len;
+    rq->buf = cmd->buf;
+    rq->len = cmd->len;
     return RCP_OK;
 }
 
 int rcp_cluster_sendv(rcp_cluster *cl, rcp_future *f, const char *fmt, va_list ap)
 {
+    rcp__fmt_cmd cmd;
     req rq;
     const char *why;
     int rv;
@@ -1077,7 +1101,12 @@ int rcp_cluster_sendv(rcp_cluster *cl, rcp_future *f, const char *fmt, va_list a
         return RCP_ERR_CLOSED;
     memset(&rq, 0, sizeof rq);
     rq.policy = -1;
-    rv = format_req(cl, fmt, ap, &rq, &why);
+    rv = format_req(cl, fmt, ap, &rq, &why, &cmd);
+    if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(cmd.argc, cmd.argv, cmd.argvlen)) {
+        rv = rcp__multi_send(cl, f, -1, cmd.argc, cmd.argv, cmd.argvlen);
+        rcp__free(cmd.buf);
+        return rv;
+    }
     if (rv != RCP_OK)
         return rv;
     return send_prepared(cl, f, &rq);
@@ -1173,6 +1202,11 @@ rcp_reply *rcp_cluster_command_argv(rcp_cluster *cl, int argc, const char **argv
     rq.policy = -1;
     atomic_fetch_add(&cl->active_calls, 1);
     rv = classify(cl, argc, argv, argvlen, &rq, &why);
+    if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(argc, argv, argvlen)) {
+        r = rcp__multi_command(cl, -1, argc, argv, argvlen);
+        atomic_fetch_sub(&cl->active_calls, 1);
+        return r;
+    }
     if (rv != RCP_OK) {
         atomic_fetch_sub(&cl->active_calls, 1);
         return error_reply(rv, why);
@@ -1198,6 +1232,7 @@ rcp_reply *rcp_cluster_command_argv(rcp_cluster *cl, int argc, const char **argv
 
 rcp_reply *rcp_cluster_commandv(rcp_cluster *cl, const char *fmt, va_list ap)
 {
+    rcp__fmt_cmd cmd;
     req rq;
     const char *why;
     rcp_reply *r;
@@ -1209,7 +1244,13 @@ rcp_reply *rcp_cluster_commandv(rcp_cluster *cl, const char *fmt, va_list ap)
     memset(&rq, 0, sizeof rq);
     rq.policy = -1;
     atomic_fetch_add(&cl->active_calls, 1);
-    rv = format_req(cl, fmt, ap, &rq, &why);
+    rv = format_req(cl, fmt, ap, &rq, &why, &cmd);
+    if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(cmd.argc, cmd.argv, cmd.argvlen)) {
+        r = rcp__multi_command(cl, -1, cmd.argc, cmd.argv, cmd.argvlen);
+        rcp__free(cmd.buf);
+        atomic_fetch_sub(&cl->active_calls, 1);
+        return r;
+    }
     if (rv != RCP_OK) {
         atomic_fetch_sub(&cl->active_calls, 1);
         return error_reply(rv, why);

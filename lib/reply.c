@@ -50,25 +50,12 @@ static void *create_string(const redisReadTask *task, char *str, size_t len)
 
 static void *create_array(const redisReadTask *task, int elements)
 {
-    rcp_reply *r;
-    size_t n = elements > 0 ? (size_t)elements : 0;
-    r = alloc_node(RCP_REPLY_ARRAY, n * sizeof(rcp_reply *));
-    if (!r)
-        return NULL;
-    r->elements = n;
-    r->element = n ? (rcp_reply **)(r + 1) : NULL;
-    if (n)
-        memset(r->element, 0, n * sizeof(rcp_reply *));
-    return attach(task, r);
+    return attach(task, rcp__reply_array_new(elements > 0 ? (size_t)elements : 0));
 }
 
 static void *create_integer(const redisReadTask *task, long long v)
 {
-    rcp_reply *r = alloc_node(RCP_REPLY_INTEGER, 0);
-    if (!r)
-        return NULL;
-    r->integer = v;
-    return attach(task, r);
+    return attach(task, rcp__reply_integer_new(v));
 }
 
 static void *create_nil(const redisReadTask *task)
@@ -186,6 +173,41 @@ rcp_reply *rcp__reply_error_new(int code, const char *msg)
     rcp__reply_error_init(&tmp, code, msg);
     r = rcp_reply_dup(&tmp);
     return r ? r : &oom_reply;
+}
+
+rcp_reply *rcp__reply_array_new(size_t n)
+{
+    rcp_reply *r;
+    if (n > ((size_t)-1 - sizeof(*r)) / sizeof(rcp_reply *))
+        return NULL;
+    r = alloc_node(RCP_REPLY_ARRAY, n * sizeof(rcp_reply *));
+    if (!r)
+        return NULL;
+    r->elements = n;
+    r->element = n ? (rcp_reply **)(r + 1) : NULL;
+    if (n)
+        memset(r->element, 0, n * sizeof(rcp_reply *));
+    return r;
+}
+
+rcp_reply *rcp__reply_integer_new(long long v)
+{
+    rcp_reply *r = alloc_node(RCP_REPLY_INTEGER, 0);
+    if (r)
+        r->integer = v;
+    return r;
+}
+
+rcp_reply *rcp__reply_status_new(const char *s)
+{
+    size_t len = strlen(s);
+    rcp_reply *r = alloc_node(RCP_REPLY_STATUS, len + 1);
+    if (!r)
+        return NULL;
+    memcpy((char *)(r + 1), s, len + 1);
+    r->str = (char *)(r + 1);
+    r->len = len;
+    return r;
 }
 
 void rcp__reply_release(rcp_reply *r)

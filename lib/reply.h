@@ -21,6 +21,12 @@ void rcp__reply_error_init(rcp_reply *r, int code, const char *msg);
 /* A heap client-error reply the caller owns; on OOM a static reply. */
 rcp_reply *rcp__reply_error_new(int code, const char *msg);
 
+/* Heap replies built by the library itself (merged multi-key answers):
+ * NULL on OOM. An array's elements start NULL and are owned by it. */
+rcp_reply *rcp__reply_array_new(size_t n);
+rcp_reply *rcp__reply_integer_new(long long v);
+rcp_reply *rcp__reply_status_new(const char *s);
+
 /* After a resolve callback, on the thread that ran it: free the reply
  * unless the callback kept it (rcp_reply_keep). Never reads a kept reply. */
 void rcp__reply_release(rcp_reply *r);

@@ -1000,6 +1000,45 @@ rcp_cluster *rcpc_open(const rcp_cluster_options *o)
     return h;
 }
 
+rcp_cluster *rcpc_open_default(const rcpc_cluster *c)
+{
+    rcp_cluster_options o;
+    rcp_conn_options node;
+    char err[4096];
+
+    ck_assert_msg(rcpc_wait_ok(c, 30, err, sizeof err) == 0, "%s", err);
+    rcpc_options(&o, &node, c->seed);
+    return rcpc_open(&o);
+}
+
+int rcpc_main(rcpc_cluster *c, const char *name, int masters, int replicas,
+              const char *const *extra, int timeout_s, void (*add)(TCase *tc))
+{
+    char err[4096], suite[128];
+    Suite *s;
+    TCase *tc;
+    SRunner *sr;
+    int failed;
+
+    snprintf(suite, sizeof suite, "cluster-%s", name);
+    if (rcpc_init(err, sizeof err) != 0 ||
+        rcpc_start(c, masters, replicas, extra, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", suite, err);
+        return 1;
+    }
+    s = suite_create(suite);
+    tc = tcase_create(name);
+    tcase_set_timeout(tc, rcpc_scale(timeout_s));
+    add(tc);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    rcpc_stop(c);
+    return failed == 0 ? 0 : 1;
+}
+
 struct acall {
     rcp_future f;
     pthread_mutex_t m;

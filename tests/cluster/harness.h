@@ -30,6 +30,7 @@
 #define RCPC_PRINTF(f, a)
 #endif
 
+#include <check.h>
 #include <hiredis/hiredis.h>
 
 #include "rcpipe.h"
@@ -162,6 +163,15 @@ const char *rcpc_slot_tag(unsigned slot);
 void rcpc_options(rcp_cluster_options *o, rcp_conn_options *node, const char *seed);
 /* Opens or fails the test with the error text. */
 rcp_cluster *rcpc_open(const rcp_cluster_options *o);
+/* rcpc_wait_ok, rcpc_options and rcpc_open: a handle with the defaults. */
+rcp_cluster *rcpc_open_default(const rcpc_cluster *c);
+
+/* main() of a cluster test program: starts c (masters, replicas, extra
+ * server arguments or NULL), runs one test case `name` holding the tests
+ * that add() registers (RCPC_ADD_TEST), with a timeout of timeout_s
+ * (scaled), stops the cluster. Returns the exit status. */
+int rcpc_main(rcpc_cluster *c, const char *name, int masters, int replicas,
+              const char *const *extra, int timeout_s, void (*add)(TCase *tc));
 
 /* The async API used like a sync call: rcp_cluster_send_argv_policy with
  * a future, then a wait (bounded: rcpc_scale(60) s). Returns the kept
