@@ -671,6 +671,59 @@ int rcp__cluster_closing(struct rcp_cluster *cl)
     return atomic_load(&cl->closing);
 }
 
+static int listed(rcp__node *const *out, size_t k, const rcp__node *n)
+{
+    size_t i;
+    for (i = 0; i < k; i++)
+        if (out[i] == n)
+            return 1;
+    return 0;
+}
+
+size_t rcp__cluster_map_nodes(struct rcp_cluster *cl, int all, rcp__node **out, int *is_master,
+                              size_t max)
+{
+    rcp__map *m;
+    size_t i, j, k = 0;
+    urcu_bp_read_lock();
+    m = current_map(cl);
+    for (i = 0; i < m->nshards && k < max; i++) {
+        rcp__shard *sh = &m->shards[i];
+        if (!listed(out, k, sh->master)) {
+            is_master[k] = 1;
+            out[k++] = sh->master;
+        }
+        for (j = 0; all && j < sh->nreplicas && k < max; j++)
+            if (!listed(out, k, sh->replicas[j])) {
+                is_master[k] = 0;
+                out[k++] = sh->replicas[j];
+            }
+    }
+    urcu_bp_read_unlock();
+    return k;
+}
+
+rcp__node *rcp__cluster_node(struct rcp_cluster *cl, const char *host, int port, int role)
+{
+    if (atomic_load(&cl->closing))
+        return NULL;
+    return node_get(cl, host, port, role);
+}
+
+struct rcp_conn *rcp__cluster_pin(rcp__node *n, int role)
+{
+    struct rcp_conn *conn;
+    urcu_bp_read_lock();
+    conn = pin_locked(n, role);
+    urcu_bp_read_unlock();
+    return conn;
+}
+
+void rcp__cluster_unpin(struct rcp_conn *conn)
+{
+    unpin(conn);
+}
+
 /* ------------------------------------------------------------------ */
 /* the retry rules, in one place                                       */
 

@@ -89,5 +89,17 @@ const rcp_conn_options *rcp__cluster_node_options(struct rcp_cluster *cl);
 void rcp__cluster_emit(struct rcp_cluster *cl, int type, int err, const char *msg);
 /* 1 once rcp_cluster_close has begun. */
 int rcp__cluster_closing(struct rcp_cluster *cl);
+/* The nodes of the current map (masters only, or all), up to max, each
+ * once; is_master[i] says its role there. Node records live until the
+ * handle closes. Returns how many were written. */
+size_t rcp__cluster_map_nodes(struct rcp_cluster *cl, int all, rcp__node **out, int *is_master,
+                              size_t max);
+/* The node for host:port with its connection for role made if missing;
+ * NULL on OOM or once closing. */
+rcp__node *rcp__cluster_node(struct rcp_cluster *cl, const char *host, int port, int role);
+/* The node's connection for role, counted as in use until
+ * rcp__cluster_unpin; NULL if it has none. */
+struct rcp_conn *rcp__cluster_pin(rcp__node *n, int role);
+void rcp__cluster_unpin(struct rcp_conn *conn);
 
 #endif

@@ -112,6 +112,45 @@ typedef struct rcp_cluster_node_info {
  * than max). */
 RCP_API size_t rcp_cluster_get_nodes(rcp_cluster *c, rcp_cluster_node_info *out, size_t max);
 
+/* Node-wide commands (DBSIZE, FLUSHALL, SCRIPT LOAD, CONFIG GET...): sent
+ * at once to every master (RCP_NODES_MASTERS) or every node
+ * (RCP_NODES_ALL; replicas through their READONLY connection) of the
+ * current map, on the shared pipelines, then waited for. Fills up to max
+ * entries, each with the node's address and role and a reply it owns
+ * (a client error if that node could not be asked); returns the number of
+ * nodes asked (0 and nothing filled if the command is refused, e.g.
+ * NULL or a blocking command). Free with rcp_node_replies_free. Nothing is
+ * retried or redirected: the reply is that node's. */
+enum { RCP_NODES_MASTERS = 0, RCP_NODES_ALL = 1 };
+
+typedef struct rcp_node_reply {
+    char addr[280];
+    int is_master;
+    rcp_reply *reply;
+} rcp_node_reply;
+
+RCP_API size_t rcp_cluster_command_nodes(rcp_cluster *c, int which, rcp_node_reply *out,
+                                         size_t max, int argc, const char **argv,
+                                         const size_t *argvlen);
+RCP_API void rcp_node_replies_free(rcp_node_reply *out, size_t n);
+
+/* Cluster-wide SCAN: walks every master of the map taken at creation, one
+ * after the other, each with its own cursor. match, type: NULL for none;
+ * count: 0 for the server's default. On a stable cluster every key is
+ * returned exactly once; keys whose slot moves during the walk may be
+ * missed or returned twice (as with SCAN on one node during a rehash, but
+ * coarser). */
+typedef struct rcp_cluster_scan rcp_cluster_scan;
+
+RCP_API rcp_cluster_scan *rcp_cluster_scan_new(rcp_cluster *c, const char *match, long count,
+                                               const char *type);
+/* 1 and *keys an array reply of keys (maybe empty) the caller frees; 0 when
+ * every master is done (*keys NULL); -1 on error with *keys an error reply
+ * the caller frees (the walk may be continued: the failed step is retried
+ * by the next call). */
+RCP_API int rcp_cluster_scan_next(rcp_cluster_scan *s, rcp_reply **keys);
+RCP_API void rcp_cluster_scan_free(rcp_cluster_scan *s);
+
 #ifdef __cplusplus
 }
 #endif
