@@ -18,6 +18,7 @@
 #include "format.h"
 #include "multi.h"
 #include "reply.h"
+#include "waiter.h"
 
 enum { MK_NONE = 0, MK_MGET, MK_MSET, MK_SUM };
 
@@ -291,47 +292,12 @@ int rcp__multi_send(rcp_cluster *cl, rcp_future *f, int policy, int argc, const 
 }
 
 /* The sync form: the same parts, waited for on the caller's thread. */
-typedef struct waiter {
-    rcp_future f;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-    rcp_reply *r;
-} waiter;
-
-static void waiter_resolve(rcp_future *f, rcp_reply *r)
-{
-    waiter *w = f->data;
-    rcp_reply *k = rcp_reply_keep(r);
-    pthread_mutex_lock(&w->mu);
-    w->r = k ? k : rcp__reply_error_new(RCP_ERR_OOM, "out of memory keeping a reply");
-    w->done = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
 rcp_reply *rcp__multi_command(rcp_cluster *cl, int policy, int argc, const char **argv,
                               const size_t *argvlen)
 {
-    waiter w;
+    rcp__waiter w;
     int rv;
-    memset(&w, 0, sizeof w);
-    w.f.resolve = waiter_resolve;
-    w.f.data = &w;
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
+    rcp__waiter_init(&w);
     rv = rcp__multi_send(cl, &w.f, policy, argc, argv, argvlen);
-    if (rv == RCP_OK) {
-        pthread_mutex_lock(&w.mu);
-        while (!w.done)
-            pthread_cond_wait(&w.cv, &w.mu);
-        pthread_mutex_unlock(&w.mu);
-    } else {
-        char msg[200];
-        snprintf(msg, sizeof msg, "split multi-key command refused: %s", rcp_strerror(rv));
-        w.r = rcp__reply_error_new(rv, msg);
-    }
-    pthread_cond_destroy(&w.cv);
-    pthread_mutex_destroy(&w.mu);
-    return w.r;
+    return rcp__waiter_wait(&w, rv, "split multi-key command refused");
 }

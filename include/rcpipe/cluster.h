@@ -151,6 +151,34 @@ RCP_API rcp_cluster_scan *rcp_cluster_scan_new(rcp_cluster *c, const char *match
 RCP_API int rcp_cluster_scan_next(rcp_cluster_scan *s, rcp_reply **keys);
 RCP_API void rcp_cluster_scan_free(rcp_cluster_scan *s);
 
+/* Scripts: a script object holds a Lua body and its SHA1. Running it sends
+ * EVALSHA routed by the first key (no key: any master; keys in several
+ * slots: RCP_ERR_CROSS_SLOT); a NOSCRIPT answer (a new node, a failover to
+ * a replica that never saw the script, SCRIPT FLUSH) is followed by EVAL
+ * with the body on the same slot, which also loads it there, so the caller
+ * only ever sees the script's own result. With RCP_SCRIPT_READONLY the
+ * script runs as EVALSHA_RO / EVAL_RO: a read-only script, which the read
+ * policy may send to a replica. A script object may be shared by threads. */
+typedef struct rcp_script rcp_script;
+enum { RCP_SCRIPT_READONLY = 1 };
+
+RCP_API rcp_script *rcp_script_new(const char *body, size_t len);
+RCP_API const char *rcp_script_sha1(const rcp_script *s);
+/* How many runs had to fall back to EVAL (NOSCRIPT). */
+RCP_API uint64_t rcp_script_fallbacks(const rcp_script *s);
+/* Only once no run of it is outstanding. NULL is ignored. */
+RCP_API void rcp_script_free(rcp_script *s);
+
+/* Async: RCP_OK and f resolved once with the script's reply, or an error
+ * and f never called. keys/args are copied. */
+RCP_API int rcp_cluster_script_send(rcp_cluster *c, rcp_future *f, rcp_script *s, int flags,
+                                    int nkeys, const char **keys, const size_t *keylens,
+                                    int nargs, const char **args, const size_t *arglens);
+/* Sync: always a reply the caller frees. */
+RCP_API rcp_reply *rcp_cluster_script_run(rcp_cluster *c, rcp_script *s, int flags, int nkeys,
+                                          const char **keys, const size_t *keylens, int nargs,
+                                          const char **args, const size_t *arglens);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,47 @@
+/* cluster/waiter.c: a sync call over the async path, for the cluster's
+ * composite commands (split multi-key commands, scripts). The resolve
+ * callback keeps the reply and wakes the caller. */
+#include <stdio.h>
+#include <string.h>
+
+#include "reply.h"
+#include "waiter.h"
+
+static void waiter_resolve(rcp_future *f, rcp_reply *r)
+{
+    rcp__waiter *w = f->data;
+    rcp_reply *k = rcp_reply_keep(r);
+    pthread_mutex_lock(&w->mu);
+    w->r = k ? k : rcp__reply_error_new(RCP_ERR_OOM, "out of memory keeping a reply");
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void rcp__waiter_init(rcp__waiter *w)
+{
+    memset(&w->f, 0, sizeof w->f);
+    w->f.resolve = waiter_resolve;
+    w->f.data = w;
+    w->done = 0;
+    w->r = NULL;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+}
+
+rcp_reply *rcp__waiter_wait(rcp__waiter *w, int send_rv, const char *what)
+{
+    if (send_rv == RCP_OK) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->done)
+            pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+    } else {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s: %s", what, rcp_strerror(send_rv));
+        w->r = rcp__reply_error_new(send_rv, msg);
+    }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    return w->r;
+}
