@@ -140,17 +140,16 @@ void rcp_cluster_options_init(rcp_cluster_options *o)
 /* ------------------------------------------------------------------ */
 /* registry                                                            */
 
+static int cluster_dedicated_locked(struct rcp_cluster *cl, const char *host, int port,
+                                    unsigned flags, struct rcp_conn **out);
+
 /* reg_mu held. Opens the node's connection for `role`: only the replica
  * one sends READONLY (see RCP__AS_REPLICA). */
 static int node_connect(struct rcp_cluster *cl, rcp__node *n, int role)
 {
     struct rcp_conn *conn;
-    rcp_conn_options o = cl->node_opt;
-    unsigned i = atomic_fetch_add(&cl->next_loop, 1) % cl->nloops;
-    o.host = n->host;
-    o.port = n->port;
-    if (rcp__conn_create(cl->loops[i], &o, role == RCP__AS_REPLICA ? RCP__CONN_READONLY : 0,
-                         &conn) != RCP_OK)
+    if (cluster_dedicated_locked(cl, n->host, n->port,
+                                 role == RCP__AS_REPLICA ? RCP__CONN_READONLY : 0, &conn) != RCP_OK)
         return -1;
     atomic_store(&n->conn[role], conn);
     return 0;
@@ -724,6 +723,34 @@ void rcp__cluster_unpin(struct rcp_conn *conn)
     unpin(conn);
 }
 
+static int cluster_dedicated_locked(struct rcp_cluster *cl, const char *host, int port,
+                                    unsigned flags, struct rcp_conn **out)
+{
+    rcp_conn_options o = cl->node_opt;
+    unsigned i = atomic_fetch_add(&cl->next_loop, 1) % cl->nloops;
+    o.host = host;
+    o.port = port;
+    return rcp__conn_create(cl->loops[i], &o, flags, out);
+}
+
+int rcp__cluster_dedicated(struct rcp_cluster *cl, const char *host, int port, unsigned flags,
+                           struct rcp_conn **out)
+{
+    if (atomic_load(&cl->closing))
+        return RCP_ERR_CLOSED;
+    return cluster_dedicated_locked(cl, host, port, flags, out);
+}
+
+int rcp__cluster_max_redirects(struct rcp_cluster *cl)
+{
+    return cl->opt.max_redirects;
+}
+
+int rcp__cluster_max_retries(struct rcp_cluster *cl)
+{
+    return cl->opt.max_retries;
+}
+
 /* ------------------------------------------------------------------ */
 /* the retry rules, in one place                                       */
 
@@ -1081,6 +1108,155 @@ static int send_prepared(struct rcp_cluster *cl, rcp_future *f, req *rq)
      * happens: the first attempt's refusal goes through the same rules. */
     submit(cf);
     return RCP_OK;
+}
+
+/* Explicit batches (batch.c). Every command becomes an ordinary async
+ * request, but the first attempts of the commands routed to one node are
+ * queued there in one group, so that node's share is written
+ * contiguously; retries and redirects then go one by one. Commands are
+ * pre-formatted (buf[i], len[i]); a multi-key command spanning slots is
+ * split as usual (not grouped). RCP_OK and every f[i] resolved once, or an
+ * error for command *bad and none called. */
+int rcp__cluster_send_batch(struct rcp_cluster *cl, size_t n, rcp_future *const *f,
+                            const char *const *buf, const size_t *len, size_t *bad)
+{
+    cfut **cf = rcp__calloc(n ? n : 1, sizeof(*cf));
+    char *split = rcp__calloc(n ? n : 1, 1);
+    struct rcp_conn **conn = rcp__calloc(n ? n : 1, sizeof(*conn));
+    rcp__node **node = rcp__calloc(n ? n : 1, sizeof(*node));
+    rcp_future **gf = rcp__calloc(n ? n : 1, sizeof(*gf));
+    const char **gb = rcp__calloc(n ? n : 1, sizeof(*gb));
+    size_t *gl = rcp__calloc(n ? n : 1, sizeof(*gl));
+    size_t *gi = rcp__calloc(n ? n : 1, sizeof(*gi));
+    const char **argv = NULL;
+    size_t *argvlen = NULL, i, j, maxargs = 0;
+    int rv = RCP_OK;
+
+    *bad = 0;
+    if (!cf || !split || !conn || !node || !gf || !gb || !gl || !gi) {
+        rv = RCP_ERR_OOM;
+        goto out;
+    }
+    if (atomic_load(&cl->closing)) {
+        rv = RCP_ERR_CLOSED;
+        goto out;
+    }
+    /* Classify everything first: all or nothing. */
+    for (i = 0; i < n && rv == RCP_OK; i++) {
+        const char *why;
+        int argc = rcp__format_split(buf[i], len[i], NULL, NULL, 0);
+        req rq;
+        if (argc < 1) {
+            rv = RCP_ERR_INVALID;
+            break;
+        }
+        if ((size_t)argc > maxargs) {
+            const char **a = rcp__realloc(argv, (size_t)argc * sizeof(*a));
+            size_t *l = a ? rcp__realloc(argvlen, (size_t)argc * sizeof(*l)) : NULL;
+            if (a)
+                argv = a;
+            if (l)
+                argvlen = l;
+            if (!a || !l) {
+                rv = RCP_ERR_OOM;
+                break;
+            }
+            maxargs = (size_t)argc;
+        }
+        rcp__format_split(buf[i], len[i], argv, argvlen, argc);
+        memset(&rq, 0, sizeof rq);
+        rq.policy = -1;
+        rv = classify(cl, argc, argv, argvlen, &rq, &why);
+        if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(argc, argv, argvlen)) {
+            split[i] = 1;
+            rv = RCP_OK;
+            continue;
+        }
+        if (rv == RCP_OK && len[i] > cl->node_opt.max_request_bytes)
+            rv = RCP_ERR_TOO_LARGE;
+        if (rv != RCP_OK)
+            break;
+        cf[i] = rcp__calloc(1, sizeof(cfut));
+        rq.buf = rcp__malloc(len[i]);
+        if (!cf[i] || !rq.buf) {
+            rcp__free(rq.buf);
+            rv = RCP_ERR_OOM;
+            break;
+        }
+        memcpy(rq.buf, buf[i], len[i]);
+        rq.len = len[i];
+        cf[i]->inner.resolve = on_reply;
+        cf[i]->user = f[i];
+        cf[i]->cl = cl;
+        cf[i]->rq = rq;
+        cf[i]->rq.deadline = deadline_from(cl, f[i]->timeout_ms);
+    }
+    if (rv != RCP_OK) {
+        *bad = i;
+        for (j = 0; j < n; j++)
+            if (cf[j]) {
+                rcp__free(cf[j]->rq.buf);
+                rcp__free(cf[j]);
+            }
+        goto out;
+    }
+    atomic_fetch_add(&cl->active_calls, n);
+    stat_add(&cl->st.requests, n);
+    for (i = 0; i < n; i++) {
+        int code;
+        if (cf[i])
+            conn[i] = route(cl, &cf[i]->rq, &node[i], &code);
+    }
+    /* One group per connection, in the callers' order within it. */
+    for (i = 0; i < n; i++) {
+        struct rcp_conn *c = conn[i];
+        size_t k = 0;
+        if (!c)
+            continue;
+        for (j = i; j < n; j++)
+            if (conn[j] == c) {
+                cf[j]->inner.timeout_ms = remaining_ms(&cf[j]->rq);
+                cf[j]->inner.data = node[j];
+                gf[k] = &cf[j]->inner;
+                gb[k] = cf[j]->rq.buf;
+                gl[k] = cf[j]->rq.len;
+                gi[k++] = j;
+                conn[j] = NULL;
+            }
+        if (rcp__conn_send_group(c, k, gf, gb, gl, 0) != RCP_OK)
+            for (j = 0; j < k; j++)
+                submit(cf[gi[j]]); /* one by one, with the usual rules */
+        for (j = 0; j < k; j++) {
+            unpin(c);
+            cf[gi[j]] = NULL;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        if (cf[i])
+            submit(cf[i]); /* no connection at hand: the usual path decides */
+        if (split[i]) {
+            int argc = rcp__format_split(buf[i], len[i], argv, argvlen, (int)maxargs);
+            int r2 = rcp__multi_send(cl, f[i], -1, argc, argv, argvlen);
+            atomic_fetch_sub(&cl->active_calls, 1);
+            if (r2 != RCP_OK) {
+                rcp_reply e;
+                rcp__reply_error_init(&e, r2, "split multi-key command of a batch not sent");
+                f[i]->resolve(f[i], &e);
+            }
+        }
+    }
+out:
+    rcp__free(cf);
+    rcp__free(split);
+    rcp__free(conn);
+    rcp__free(node);
+    rcp__free(gf);
+    rcp__free(gb);
+    rcp__free(gl);
+    rcp__free(gi);
+    rcp__free(argv);
+    rcp__free(argvlen);
+    return rv;
 }
 
 int rcp_cluster_send_argv_policy(rcp_cluster *cl, rcp_future *f, int policy, int argc,

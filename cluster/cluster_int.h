@@ -101,5 +101,19 @@ rcp__node *rcp__cluster_node(struct rcp_cluster *cl, const char *host, int port,
  * rcp__cluster_unpin; NULL if it has none. */
 struct rcp_conn *rcp__cluster_pin(rcp__node *n, int role);
 void rcp__cluster_unpin(struct rcp_conn *conn);
+/* A connection of the caller's own to host:port, on one of the handle's
+ * I/O loops, with the handle's node options (flags: RCP__CONN_*). The
+ * caller closes it (rcp_conn_close) before closing the handle. */
+int rcp__cluster_dedicated(struct rcp_cluster *cl, const char *host, int port, unsigned flags,
+                           struct rcp_conn **out);
+/* Explicit batches: n pre-formatted commands as ordinary async requests,
+ * the first attempts of each node's share queued in one group (written
+ * contiguously). RCP_OK and every f[i] resolved once, or an error for
+ * command *bad and none called. */
+int rcp__cluster_send_batch(struct rcp_cluster *cl, size_t n, rcp_future *const *f,
+                            const char *const *buf, const size_t *len, size_t *bad);
+/* The handle's redirect and retry limits. */
+int rcp__cluster_max_redirects(struct rcp_cluster *cl);
+int rcp__cluster_max_retries(struct rcp_cluster *cl);
 
 #endif

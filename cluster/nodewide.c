@@ -11,34 +11,9 @@
 #include "cluster_int.h"
 #include "format.h"
 #include "reply.h"
+#include "waiter.h"
 
 #define MAX_NODES 1024
-
-typedef struct gather gather;
-
-typedef struct slot_wait {
-    rcp_future f;
-    gather *g;
-    rcp_reply *r;
-} slot_wait;
-
-struct gather {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t left;
-};
-
-static void gather_resolve(rcp_future *f, rcp_reply *r)
-{
-    slot_wait *w = f->data;
-    gather *g = w->g;
-    rcp_reply *k = rcp_reply_keep(r);
-    pthread_mutex_lock(&g->mu);
-    w->r = k ? k : rcp__reply_error_new(RCP_ERR_OOM, "out of memory keeping a reply");
-    if (--g->left == 0)
-        pthread_cond_signal(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-}
 
 /* The command, formatted once; RCP_OK or a refusal. */
 static int prepare(int argc, const char **argv, const size_t *argvlen, char **buf, size_t *len)
@@ -66,8 +41,8 @@ size_t rcp_cluster_command_nodes(rcp_cluster *cl, int which, rcp_node_reply *out
 {
     rcp__node **nodes;
     int *is_master;
-    slot_wait *w;
-    gather g;
+    rcp__gather_slot *w;
+    rcp__gather g;
     char *buf = NULL;
     size_t len = 0, n, i;
 
@@ -87,16 +62,11 @@ size_t rcp_cluster_command_nodes(rcp_cluster *cl, int which, rcp_node_reply *out
         return 0;
     }
     n = rcp__cluster_map_nodes(cl, which == RCP_NODES_ALL, nodes, is_master, MAX_NODES);
-    pthread_mutex_init(&g.mu, NULL);
-    pthread_cond_init(&g.cv, NULL);
-    g.left = n + 1;
+    rcp__gather_init(&g, w, n);
     for (i = 0; i < n; i++) {
         int role = is_master[i] ? RCP__AS_MASTER : RCP__AS_REPLICA;
         struct rcp_conn *conn = rcp__cluster_pin(nodes[i], role);
         int rv = RCP_ERR_NOT_SENT;
-        w[i].g = &g;
-        w[i].f.resolve = gather_resolve;
-        w[i].f.data = &w[i];
         if (conn) {
             rv = rcp__conn_send_raw(conn, &w[i].f, buf, len, 0);
             rcp__cluster_unpin(conn);
@@ -104,19 +74,10 @@ size_t rcp_cluster_command_nodes(rcp_cluster *cl, int which, rcp_node_reply *out
         if (rv != RCP_OK) {
             char msg[400];
             snprintf(msg, sizeof msg, "%s: not sent: %s", nodes[i]->addr, rcp_strerror(rv));
-            pthread_mutex_lock(&g.mu);
-            w[i].r = rcp__reply_error_new(rv, msg);
-            g.left--;
-            pthread_mutex_unlock(&g.mu);
+            rcp__gather_refused(&w[i], rv, msg);
         }
     }
-    pthread_mutex_lock(&g.mu);
-    g.left--;
-    while (g.left > 0)
-        pthread_cond_wait(&g.cv, &g.mu);
-    pthread_mutex_unlock(&g.mu);
-    pthread_cond_destroy(&g.cv);
-    pthread_mutex_destroy(&g.mu);
+    rcp__gather_wait(&g);
 
     for (i = 0; i < n; i++) {
         if (i < max) {

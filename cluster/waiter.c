@@ -45,3 +45,50 @@ rcp_reply *rcp__waiter_wait(rcp__waiter *w, int send_rv, const char *what)
     pthread_mutex_destroy(&w->mu);
     return w->r;
 }
+
+static void gather_resolve(rcp_future *f, rcp_reply *r)
+{
+    rcp__gather_slot *s = f->data;
+    rcp__gather *g = s->g;
+    rcp_reply *k = rcp_reply_keep(r);
+    pthread_mutex_lock(&g->mu);
+    s->r = k ? k : rcp__reply_error_new(RCP_ERR_OOM, "out of memory keeping a reply");
+    if (--g->left == 0)
+        pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void rcp__gather_init(rcp__gather *g, rcp__gather_slot *slots, size_t n)
+{
+    size_t i;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->left = n + 1;
+    for (i = 0; i < n; i++) {
+        memset(&slots[i], 0, sizeof slots[i]);
+        slots[i].f.resolve = gather_resolve;
+        slots[i].f.data = &slots[i];
+        slots[i].g = g;
+    }
+}
+
+void rcp__gather_refused(rcp__gather_slot *s, int code, const char *msg)
+{
+    rcp__gather *g = s->g;
+    rcp_reply *r = rcp__reply_error_new(code, msg);
+    pthread_mutex_lock(&g->mu);
+    s->r = r;
+    g->left--;
+    pthread_mutex_unlock(&g->mu);
+}
+
+void rcp__gather_wait(rcp__gather *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->left--;
+    while (g->left > 0)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+}

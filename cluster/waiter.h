@@ -21,4 +21,27 @@ void rcp__waiter_init(rcp__waiter *w);
  * Always a reply the caller frees; w is finished with. */
 rcp_reply *rcp__waiter_wait(rcp__waiter *w, int send_rv, const char *what);
 
+/* Many requests waited for together: each slot's future gets its reply
+ * (kept, owned by the slot). */
+typedef struct rcp__gather rcp__gather;
+
+typedef struct rcp__gather_slot {
+    rcp_future f; /* hand this to the async send */
+    rcp__gather *g;
+    rcp_reply *r;
+} rcp__gather_slot;
+
+struct rcp__gather {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t left;
+};
+
+/* n slots; the sender holds one more reference until rcp__gather_wait. */
+void rcp__gather_init(rcp__gather *g, rcp__gather_slot *slots, size_t n);
+/* A slot whose send was refused: its reply is an error made here. */
+void rcp__gather_refused(rcp__gather_slot *s, int code, const char *msg);
+/* Waits for every slot; g is finished with. */
+void rcp__gather_wait(rcp__gather *g);
+
 #endif

@@ -255,7 +255,7 @@ static void conn_fail(struct rcp_conn *c, int code, const char *cause)
     }
     if (was_state == RCP__ST_READY)
         stat_add(&c->st.disconnects, 1);
-    if (closing) {
+    if (closing || (c->once && c->ever_connected)) {
         set_state(c, RCP__ST_CLOSED);
     } else {
         set_state(c, RCP__ST_DISCONNECTED);
@@ -1056,6 +1056,7 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
         c->hs[k].f.resolve = hs_resolve;
     }
     c->readonly = (flags & RCP__CONN_READONLY) != 0;
+    c->once = (flags & RCP__CONN_ONCE) != 0;
     set_state(c, RCP__ST_DISCONNECTED);
     c->reconnect_at = 0;
     if (loop && rcp__loop_attach(loop, c) < 0) {
@@ -1239,8 +1240,6 @@ static int wait_room(struct rcp_conn *c, size_t len, unsigned nslots, uint64_t d
     }
 }
 
-/* Queue a request. Either argv (formatted here, under the mutex) or pre
- * formatted bytes. */
 /* ASKING, queued in front of a command sent after an ASK redirect; its
  * +OK is read and dropped. Shared by every connection: it keeps no state. */
 static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
@@ -1254,24 +1253,41 @@ static void asking_resolve(rcp_future *f, rcp_reply *r)
 
 static rcp_future asking_future = {asking_resolve, NULL, -1, 0, {NULL, NULL}};
 
-/* Queue a request. Either argv (formatted here, under the mutex) or pre
- * formatted bytes. With `asking`, ASKING goes first and both are queued in
- * one critical section, so they are adjacent on the wire. */
-static int enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,
-                   const size_t *argvlen, const char *raw, size_t len, int asking)
+/* One request of a group: argv (formatted under the mutex) or
+ * pre-formatted bytes, and its future. */
+typedef struct req_desc {
+    rcp_future *f;
+    int argc;
+    const char **argv;
+    const size_t *argvlen;
+    const char *raw;
+    size_t len;
+} req_desc;
+
+/* Queue requests in one critical section, so they are adjacent on the wire
+ * and in the ring (no other caller's request can land between them). With
+ * `asking`, ASKING goes first. */
+static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int asking)
 {
-    uint64_t now = rcp__now_ns();
-    uint64_t deadline = deadline_for(c, f, now);
-    size_t extra = asking ? ASKING_LEN : 0;
+    uint64_t now = rcp__now_ns(), deadline = 0;
+    size_t extra = asking ? ASKING_LEN : 0, total = extra, i;
     int rv, ring = 0;
 
+    for (i = 0; i < n; i++) {
+        uint64_t dl = deadline_for(c, d[i].f, now);
+        total += d[i].len;
+        if (dl && (!deadline || dl < deadline))
+            deadline = dl;
+    }
+    if (n + (asking ? 1 : 0) > c->opt.max_inflight)
+        return RCP_ERR_TOO_LARGE;
     pthread_mutex_lock(&c->mu);
-    rv = wait_room(c, len + extra, asking ? 2 : 1, deadline);
+    rv = wait_room(c, total, (unsigned)(n + (asking ? 1 : 0)), deadline);
     if (rv != RCP_OK) {
         pthread_mutex_unlock(&c->mu);
         return rv;
     }
-    if (pend_reserve(c, len + extra) < 0) {
+    if (pend_reserve(c, total) < 0) {
         pthread_mutex_unlock(&c->mu);
         return RCP_ERR_OOM;
     }
@@ -1280,18 +1296,33 @@ static int enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **arg
         c->pend_len += ASKING_LEN;
         push_slot(c, &asking_future, 0, ASKING_LEN);
     }
-    if (raw)
-        memcpy(c->pend + c->pend_len, raw, len);
-    else
-        rcp__format_write(c->pend + c->pend_len, argc, argv, argvlen);
-    c->pend_len += len;
-    push_slot(c, f, deadline, len);
-    stat_add(&c->st.requests, 1);
+    for (i = 0; i < n; i++) {
+        if (d[i].raw)
+            memcpy(c->pend + c->pend_len, d[i].raw, d[i].len);
+        else
+            rcp__format_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen);
+        c->pend_len += d[i].len;
+        push_slot(c, d[i].f, deadline_for(c, d[i].f, now), d[i].len);
+    }
+    stat_add(&c->st.requests, n);
     ring = want_loop(c);
     pthread_mutex_unlock(&c->mu);
     if (ring)
         ring_loop(c);
     return RCP_OK;
+}
+
+static int enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,
+                   const size_t *argvlen, const char *raw, size_t len, int asking)
+{
+    req_desc d;
+    d.f = f;
+    d.argc = argc;
+    d.argv = argv;
+    d.argvlen = argvlen;
+    d.raw = raw;
+    d.len = len;
+    return enqueue_many(c, &d, 1, asking);
 }
 
 static int precheck(rcp_conn *c, int argc, const char **argv, const size_t *argvlen, size_t *len,
@@ -1713,6 +1744,33 @@ int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_
     call_enter(c);
     rv = enqueue(c, f, 0, NULL, NULL, raw, len, asking);
     call_leave(c);
+    return rv;
+}
+
+int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
+                         const char *const *raw, const size_t *len, int asking)
+{
+    req_desc stackd[16], *d = stackd;
+    size_t i;
+    int rv;
+    if (n == 0)
+        return RCP_ERR_INVALID;
+    if (n > sizeof stackd / sizeof stackd[0]) {
+        d = rcp__malloc(n * sizeof(*d));
+        if (!d)
+            return RCP_ERR_OOM;
+    }
+    for (i = 0; i < n; i++) {
+        memset(&d[i], 0, sizeof d[i]);
+        d[i].f = f[i];
+        d[i].raw = raw[i];
+        d[i].len = len[i];
+    }
+    call_enter(c);
+    rv = enqueue_many(c, d, n, asking);
+    call_leave(c);
+    if (d != stackd)
+        rcp__free(d);
     return rv;
 }
 

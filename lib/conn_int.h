@@ -103,6 +103,7 @@ struct rcp_conn {
     uint64_t rng;
     rcp__hs_future hs[3]; /* AUTH, CLIENT SETNAME, READONLY */
     int readonly;         /* a replica connection: READONLY on every connect */
+    int once;             /* RCP__CONN_ONCE: closed for good when the first session ends */
     _Atomic uint64_t timer_at;
 
     struct {
@@ -113,7 +114,11 @@ struct rcp_conn {
 };
 
 /* Internal API for the cluster layer. */
-enum { RCP__CONN_READONLY = 1 };
+enum {
+    RCP__CONN_READONLY = 1, /* send READONLY on every (re)connect */
+    RCP__CONN_ONCE = 2      /* no reconnect once a ready connection is lost: for state
+                             * that must not silently vanish (WATCH) */
+};
 
 /* Create a connection on an existing loop without waiting for it to
  * connect (it connects on the loop's next pass). */
@@ -123,6 +128,12 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
  * written immediately before it, adjacent on the wire. Contract as
  * rcp_conn_send_argv. */
 int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len, int asking);
+/* Queue n pre-formatted commands in one critical section: adjacent on the
+ * wire, nothing of another caller's between them (with `asking`, ASKING
+ * first). All or nothing: RCP_OK and every f[i] resolved once, or an error
+ * and none called. More than max_inflight commands: RCP_ERR_TOO_LARGE. */
+int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
+                         const char *const *raw, const size_t *len, int asking);
 /* The sync form (lone-caller fast path when not asking); timeout_ms as a
  * future's. Never NULL. */
 rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,

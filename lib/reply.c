@@ -151,6 +151,12 @@ rcp_reply *rcp_reply_keep(rcp_reply *r)
     return r;
 }
 
+void rcp__reply_rekeep(rcp_reply *r)
+{
+    if (r && !(r->rcp__flags & (RCP__REPLY_STACK | RCP__REPLY_STATIC)))
+        kept_reply = r;
+}
+
 int rcp_reply_is_error(const rcp_reply *r)
 {
     return r && r->type == RCP_REPLY_ERROR;

@@ -31,6 +31,11 @@ rcp_reply *rcp__reply_status_new(const char *s);
  * unless the callback kept it (rcp_reply_keep). Never reads a kept reply. */
 void rcp__reply_release(rcp_reply *r);
 
+/* A callback that kept its reply and then ran another callback (whose
+ * keep/release cleared the mark): marks the reply kept again, so its own
+ * caller does not free it. Stack and static replies are ignored. */
+void rcp__reply_rekeep(rcp_reply *r);
+
 /* Creates a reader using rcp__reply_functions; NULL on OOM. */
 redisReader *rcp__reader_new(void);
 

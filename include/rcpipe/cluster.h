@@ -179,6 +179,54 @@ RCP_API rcp_reply *rcp_cluster_script_run(rcp_cluster *c, rcp_script *s, int fla
                                           const char **keys, const size_t *keylens, int nargs,
                                           const char **args, const size_t *arglens);
 
+/* Transactions (MULTI ... EXEC). Every key of every command must hash to
+ * one slot (checked when added: RCP_ERR_CROSS_SLOT). rcp_txn_exec writes
+ * MULTI, the commands and EXEC contiguously on the slot master's shared
+ * pipeline, so no other caller's command lands inside; a MOVED/ASK of the
+ * transaction resends the whole of it to the new owner (only when nothing
+ * of it ran). Its reply is EXEC's: an array of the commands' replies (each
+ * may be an error), nil if a WATCHed key changed, an error starting with
+ * EXECABORT that lists the refused commands' errors, or a client error
+ * (RCP_ERR_IO etc.: EXEC was sent and its outcome is unknown). After
+ * exec the object is empty and can be reused. One thread at a time.
+ *
+ * rcp_txn_watch opens a dedicated connection to the slot's master and
+ * sends WATCH there; rcp_txn_command_argv runs commands (reads) on it
+ * before exec, and exec runs on it. If that connection is lost the
+ * transaction is not run (RCP_ERR_NOT_SENT): watch again. Free the
+ * transaction before closing the handle. */
+typedef struct rcp_txn rcp_txn;
+
+RCP_API rcp_txn *rcp_txn_new(rcp_cluster *c);
+RCP_API int rcp_txn_add_argv(rcp_txn *t, int argc, const char **argv, const size_t *argvlen);
+RCP_API int rcp_txn_add(rcp_txn *t, const char *fmt, ...);
+RCP_API rcp_reply *rcp_txn_watch(rcp_txn *t, int nkeys, const char **keys,
+                                 const size_t *keylens);
+RCP_API rcp_reply *rcp_txn_command_argv(rcp_txn *t, int argc, const char **argv,
+                                        const size_t *argvlen);
+RCP_API rcp_reply *rcp_txn_exec(rcp_txn *t);
+RCP_API void rcp_txn_free(rcp_txn *t);
+
+/* Explicit batches: queue any commands (any slots; copied when added),
+ * then send them at once. Each node's share is written contiguously, each
+ * command keeps the full redirect and retry treatment of a single request,
+ * and the answer is an array with one reply per command in the order
+ * added (each may be an error). Not atomic: use a transaction for that.
+ * After a send the batch is empty and can be reused or freed at once. One
+ * thread at a time per batch. */
+typedef struct rcp_batch rcp_batch;
+
+RCP_API rcp_batch *rcp_batch_new(rcp_cluster *c);
+RCP_API int rcp_batch_add_argv(rcp_batch *b, int argc, const char **argv,
+                               const size_t *argvlen);
+RCP_API int rcp_batch_add(rcp_batch *b, const char *fmt, ...);
+RCP_API size_t rcp_batch_count(const rcp_batch *b);
+/* Async: RCP_OK and f resolved once with the array, or an error (e.g. a
+ * command whose keys span slots: RCP_ERR_CROSS_SLOT) and nothing sent. */
+RCP_API int rcp_batch_send(rcp_batch *b, rcp_future *f);
+RCP_API rcp_reply *rcp_batch_exec(rcp_batch *b);
+RCP_API void rcp_batch_free(rcp_batch *b);
+
 #ifdef __cplusplus
 }
 #endif

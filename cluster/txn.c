@@ -1,0 +1,547 @@
+/* cluster/txn.c: MULTI/EXEC transactions.
+ *
+ * Without WATCH, a transaction is MULTI, its commands and EXEC queued on
+ * the slot master's shared pipeline in one critical section
+ * (rcp__conn_send_group), so no other caller's command lands inside it.
+ * A redirect of any part (MOVED/ASK on a queued command, or EXECABORT
+ * because of one) sends the whole transaction again to the new owner
+ * (after ASK: ASKING, MULTI ... EXEC; the server keeps the ASKING flag for
+ * the whole MULTI block). It is sent again only when EXEC was provably
+ * not executed: EXEC never written, EXECABORT, or a redirect.
+ *
+ * With WATCH, the transaction owns a dedicated connection to the slot's
+ * master, opened with RCP__CONN_ONCE so that it is never silently replaced
+ * by a new connection on which the WATCH would be gone. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "cluster_int.h"
+#include "format.h"
+#include "loop.h"
+#include "reply.h"
+#include "waiter.h"
+
+struct rcp_txn {
+    rcp_cluster *cl;
+    int has_slot;
+    unsigned slot;
+    size_t n, cap;
+    char **buf;
+    size_t *len;
+    struct rcp_conn *wconn; /* WATCH: the dedicated connection */
+    char whost[256];
+    int wport;
+};
+
+static const char multi_cmd[] = "*1\r\n$5\r\nMULTI\r\n";
+static const char exec_cmd[] = "*1\r\n$4\r\nEXEC\r\n";
+
+rcp_txn *rcp_txn_new(rcp_cluster *cl)
+{
+    rcp_txn *t;
+    if (!cl)
+        return NULL;
+    t = rcp__calloc(1, sizeof(*t));
+    if (t)
+        t->cl = cl;
+    return t;
+}
+
+static void clear_commands(rcp_txn *t)
+{
+    size_t i;
+    for (i = 0; i < t->n; i++)
+        rcp__free(t->buf[i]);
+    t->n = 0;
+}
+
+static void unwatch(rcp_txn *t)
+{
+    if (t->wconn) {
+        rcp_conn_close(t->wconn);
+        t->wconn = NULL;
+    }
+}
+
+void rcp_txn_free(rcp_txn *t)
+{
+    if (!t)
+        return;
+    unwatch(t);
+    clear_commands(t);
+    rcp__free(t->buf);
+    rcp__free(t->len);
+    rcp__free(t);
+}
+
+/* The slot of argv's keys, joined with the transaction's: RCP_OK, or
+ * RCP_ERR_CROSS_SLOT / RCP_ERR_INVALID with *why. */
+static int join_slot(rcp_txn *t, int argc, const char **argv, const size_t *argvlen,
+                     const char **why)
+{
+    static _Thread_local char msg[200];
+    const rcp__cmd *cmd = rcp__cmd_lookup(argc, argv, argvlen);
+    int idx[64], nk, i;
+    if (!cmd)
+        return RCP_OK; /* unknown command: no key we can see */
+    nk = rcp__cmd_keys(cmd, argc, argv, argvlen, idx, 64);
+    if (nk < 0) {
+        *why = "wrong number of arguments for the command's keys";
+        return RCP_ERR_INVALID;
+    }
+    if (nk > 64) {
+        *why = "more than 64 keys in one command of a transaction";
+        return RCP_ERR_INVALID;
+    }
+    for (i = 0; i < nk; i++) {
+        size_t l = argvlen ? argvlen[idx[i]] : strlen(argv[idx[i]]);
+        unsigned s = rcp__keyslot(argv[idx[i]], l);
+        if (!t->has_slot) {
+            t->has_slot = 1;
+            t->slot = s;
+        } else if (s != t->slot) {
+            snprintf(msg, sizeof msg,
+                     "CROSSSLOT: a transaction's keys must share one slot: '%.*s' is in slot %u, "
+                     "the transaction in slot %u",
+                     (int)(l < 60 ? l : 60), argv[idx[i]], s, t->slot);
+            *why = msg;
+            return RCP_ERR_CROSS_SLOT;
+        }
+    }
+    return RCP_OK;
+}
+
+int rcp_txn_add_argv(rcp_txn *t, int argc, const char **argv, const size_t *argvlen)
+{
+    const char *why;
+    int i, rv, had = t ? t->has_slot : 0;
+    unsigned old = t ? t->slot : 0;
+    size_t len;
+    char *buf;
+
+    if (!t || argc < 1 || !argv)
+        return RCP_ERR_INVALID;
+    for (i = 0; i < argc; i++)
+        if (!argv[i])
+            return RCP_ERR_INVALID;
+    rv = rcp__command_check(argc, argv, argvlen, &why);
+    if (rv != RCP_OK)
+        return rv;
+    rv = join_slot(t, argc, argv, argvlen, &why);
+    if (rv != RCP_OK) {
+        t->has_slot = had;
+        t->slot = old;
+        return rv;
+    }
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 8;
+        char **b = rcp__realloc(t->buf, cap * sizeof(*b));
+        size_t *l;
+        if (!b)
+            goto oom;
+        t->buf = b;
+        l = rcp__realloc(t->len, cap * sizeof(*l));
+        if (!l)
+            goto oom;
+        t->len = l;
+        t->cap = cap;
+    }
+    len = rcp__format_len(argc, argv, argvlen);
+    buf = rcp__malloc(len);
+    if (!buf)
+        goto oom;
+    rcp__format_write(buf, argc, argv, argvlen);
+    t->buf[t->n] = buf;
+    t->len[t->n++] = len;
+    return RCP_OK;
+oom:
+    t->has_slot = had;
+    t->slot = old;
+    return RCP_ERR_OOM;
+}
+
+int rcp_txn_add(rcp_txn *t, const char *fmt, ...)
+{
+    rcp__fmt_cmd cmd;
+    const char *why;
+    va_list ap;
+    int rv;
+    if (!t || !fmt)
+        return RCP_ERR_INVALID;
+    va_start(ap, fmt);
+    rv = rcp__format_command(&cmd, fmt, ap, &why);
+    va_end(ap);
+    if (rv != RCP_OK)
+        return rv;
+    rv = rcp_txn_add_argv(t, cmd.argc, cmd.argv, cmd.argvlen);
+    rcp__free(cmd.buf);
+    return rv;
+}
+
+/* Where the transaction goes when nothing redirected it: the slot's
+ * master, or (no key) some master. */
+static int home(rcp_txn *t, char *host, size_t hostlen, int *port)
+{
+    if (t->has_slot)
+        return rcp__cluster_slot_master(t->cl, t->slot, host, hostlen, port);
+    {
+        rcp__node *nodes[1];
+        int is_master[1];
+        if (rcp__cluster_map_nodes(t->cl, 0, nodes, is_master, 1) == 0)
+            return -1;
+        snprintf(host, hostlen, "%s", nodes[0]->host);
+        *port = nodes[0]->port;
+        return 0;
+    }
+}
+
+/* The first redirect-or-retry answer among the queued commands, else the
+ * reason EXEC gives ("EXECABORT Transaction discarded because of: MOVED
+ * ..."). Fills rd; 0 if there is none. */
+static int find_redirect(rcp__gather_slot *s, size_t n, rcp__redirect *rd)
+{
+    size_t i;
+    const rcp_reply *ex = s[n + 1].r;
+    for (i = 1; i <= n; i++) {
+        const rcp_reply *r = s[i].r;
+        if (r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER) {
+            rcp__parse_redirect(r->str, r->len, rd);
+            if (rd->kind != RCP__RD_NONE && rd->kind != RCP__RD_BAD)
+                return 1;
+        }
+    }
+    if (ex->type == RCP_REPLY_ERROR && ex->err == RCP_ERR_SERVER) {
+        static const char because[] = "because of: ";
+        const char *p = strstr(ex->str, because);
+        if (p) {
+            p += sizeof because - 1;
+            rcp__parse_redirect(p, ex->len - (size_t)(p - ex->str), rd);
+        } else {
+            rcp__parse_redirect(ex->str, ex->len, rd);
+        }
+        if (rd->kind != RCP__RD_NONE && rd->kind != RCP__RD_BAD)
+            return 1;
+    }
+    return 0;
+}
+
+/* EXECABORT with the queued commands' own errors, for the caller. */
+static rcp_reply *abort_reply(rcp__gather_slot *s, size_t n)
+{
+    char msg[1200];
+    size_t used, i;
+    const rcp_reply *ex = s[n + 1].r;
+    used = (size_t)snprintf(msg, sizeof msg, "%.*s", (int)(ex->len < 300 ? ex->len : 300), ex->str);
+    for (i = 1; i <= n && used < sizeof msg - 1; i++) {
+        const rcp_reply *r = s[i].r;
+        if (r->type == RCP_REPLY_ERROR) {
+            int w = snprintf(msg + used, sizeof msg - used, "; command %zu: %.*s", i,
+                             (int)(r->len < 200 ? r->len : 200), r->str);
+            if (w > 0)
+                used += (size_t)w;
+        }
+    }
+    return rcp__reply_error_new(ex->err, msg);
+}
+
+/* One attempt on conn. *out is the final answer, or NULL to try again
+ * (then *rd says where, or rd->kind is NONE for "same place, later"). */
+static void attempt(rcp_txn *t, struct rcp_conn *conn, int asking, rcp_reply **out,
+                    rcp__redirect *rd)
+{
+    size_t n = t->n, i, total = n + 2;
+    rcp__gather_slot stack_s[18], *s = stack_s;
+    rcp_future *fstack[18], **f = fstack;
+    const char *rstack[18], **raw = rstack;
+    size_t lstack[18], *len = lstack;
+    rcp__gather g;
+    const rcp_reply *ex;
+    int rv;
+
+    *out = NULL;
+    rd->kind = RCP__RD_NONE;
+    if (total > 18) {
+        s = rcp__malloc(total * sizeof(*s));
+        f = rcp__malloc(total * sizeof(*f));
+        raw = rcp__malloc(total * sizeof(*raw));
+        len = rcp__malloc(total * sizeof(*len));
+        if (!s || !f || !raw || !len) {
+            *out = rcp__reply_error_new(RCP_ERR_OOM, "out of memory sending a transaction");
+            total = 0; /* no reply to free */
+            goto done;
+        }
+    }
+    rcp__gather_init(&g, s, total);
+    for (i = 0; i < total; i++) {
+        f[i] = &s[i].f;
+        raw[i] = i == 0 ? multi_cmd : i == total - 1 ? exec_cmd : t->buf[i - 1];
+        len[i] = i == 0 ? sizeof multi_cmd - 1 : i == total - 1 ? sizeof exec_cmd - 1 : t->len[i - 1];
+    }
+    rv = rcp__conn_send_group(conn, total, f, raw, len, asking);
+    if (rv != RCP_OK) {
+        for (i = 0; i < total; i++)
+            rcp__gather_refused(&s[i], rv, "transaction not sent");
+    }
+    rcp__gather_wait(&g);
+
+    ex = s[total - 1].r;
+    if (ex->type == RCP_REPLY_ERROR && ex->err == RCP_ERR_NOT_SENT) {
+        /* EXEC never written: nothing ran. Try again after a refresh. */
+        rcp__cluster_refresh_soon(t->cl);
+    } else if (ex->type == RCP_REPLY_ERROR && ex->err != RCP_ERR_SERVER) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "transaction outcome unknown (EXEC was sent): %.*s",
+                 (int)(ex->len < 300 ? ex->len : 300), ex->str);
+        *out = rcp__reply_error_new(ex->err, msg);
+    } else if (ex->type == RCP_REPLY_ERROR) {
+        /* EXECABORT or an error of EXEC itself: nothing ran. */
+        if (!find_redirect(s, n, rd) || rd->kind == RCP__RD_READONLY) {
+            rd->kind = RCP__RD_NONE;
+            *out = abort_reply(s, n);
+        } else if (rd->kind == RCP__RD_MOVED || rd->kind == RCP__RD_ASK ||
+                   rd->kind == RCP__RD_CLUSTERDOWN) {
+            rcp__cluster_refresh_soon(t->cl);
+        }
+    } else {
+        *out = s[total - 1].r; /* the EXEC array, or nil: a WATCHed key changed */
+        s[total - 1].r = NULL;
+    }
+done:
+    for (i = 0; i < total; i++)
+        rcp_reply_free(s[i].r);
+    if (s != stack_s) {
+        rcp__free(s);
+        rcp__free(f);
+        rcp__free(raw);
+        rcp__free(len);
+    }
+}
+
+/* The unwatched path: the shared pipeline of wherever the slot lives. */
+static rcp_reply *exec_shared(rcp_txn *t)
+{
+    char host[256];
+    int port = 0, asking = 0, redirects = 0, retries = 0, directed = 0;
+    int max_redirects = rcp__cluster_max_redirects(t->cl);
+    int max_retries = rcp__cluster_max_retries(t->cl);
+    unsigned backoff_ms = 10;
+
+    for (;;) {
+        rcp__node *node;
+        struct rcp_conn *conn = NULL;
+        rcp_reply *out;
+        rcp__redirect rd;
+
+        if (!directed && home(t, host, sizeof host, &port) < 0) {
+            if (++retries > max_retries)
+                return rcp__reply_error_new(RCP_ERR_CLUSTER_DOWN,
+                                            "transaction: no node serves its slot");
+            usleep(backoff_ms * 1000u);
+            backoff_ms *= 2;
+            continue;
+        }
+        node = rcp__cluster_node(t->cl, host, port, RCP__AS_MASTER);
+        if (node)
+            conn = rcp__cluster_pin(node, RCP__AS_MASTER);
+        if (!conn) {
+            if (rcp__cluster_closing(t->cl))
+                return rcp__reply_error_new(RCP_ERR_CLOSED, "cluster handle closed");
+            rd.kind = RCP__RD_NONE;
+            out = NULL;
+        } else {
+            attempt(t, conn, asking, &out, &rd);
+            rcp__cluster_unpin(conn);
+        }
+        if (out)
+            return out;
+        asking = 0;
+        directed = 0;
+        if (rd.kind == RCP__RD_MOVED || rd.kind == RCP__RD_ASK) {
+            if (++redirects > max_redirects)
+                return rcp__reply_error_new(RCP_ERR_REDIRECT_LIMIT,
+                                            "transaction: too many redirects");
+            if (rd.host[0])
+                snprintf(host, sizeof host, "%s", rd.host);
+            port = rd.port;
+            directed = 1;
+            asking = rd.kind == RCP__RD_ASK;
+            continue;
+        }
+        /* TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, not sent: later. */
+        if (++retries > max_retries)
+            return rcp__reply_error_new(RCP_ERR_NOT_SENT,
+                                        "transaction not run: still refused after retries");
+        usleep(backoff_ms * 1000u);
+        if (backoff_ms < 640)
+            backoff_ms *= 2;
+    }
+}
+
+/* A command on the WATCH connection, waited for. */
+static rcp_reply *on_wconn(rcp_txn *t, const char *raw, size_t len)
+{
+    return rcp__conn_command_raw(t->wconn, raw, len, 0, 0);
+}
+
+rcp_reply *rcp_txn_watch(rcp_txn *t, int nkeys, const char **keys, const size_t *keylens)
+{
+    const char *why;
+    const char **argv;
+    size_t *argvlen, len;
+    char *buf;
+    int i, rv, redirects = 0, had;
+    unsigned old;
+    rcp_reply *r = NULL;
+    char host[256];
+    int port;
+
+    if (!t || nkeys < 1 || !keys)
+        return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_watch: no key");
+    if (rcp__loop_on_thread())
+        return rcp__reply_error_new(RCP_ERR_INVALID,
+                                    "sync call from an I/O thread (a callback) would deadlock");
+    argv = rcp__malloc((size_t)(nkeys + 1) * sizeof(*argv));
+    argvlen = rcp__malloc((size_t)(nkeys + 1) * sizeof(*argvlen));
+    if (!argv || !argvlen) {
+        rcp__free(argv);
+        rcp__free(argvlen);
+        return rcp__reply_error_new(RCP_ERR_OOM, "out of memory");
+    }
+    argv[0] = "WATCH";
+    argvlen[0] = 5;
+    for (i = 0; i < nkeys; i++) {
+        if (!keys[i]) {
+            rcp__free(argv);
+            rcp__free(argvlen);
+            return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_watch: NULL key");
+        }
+        argv[i + 1] = keys[i];
+        argvlen[i + 1] = keylens ? keylens[i] : strlen(keys[i]);
+    }
+    had = t->has_slot;
+    old = t->slot;
+    rv = join_slot(t, nkeys + 1, argv, argvlen, &why);
+    len = rcp__format_len(nkeys + 1, argv, argvlen);
+    buf = rv == RCP_OK ? rcp__malloc(len) : NULL;
+    if (buf)
+        rcp__format_write(buf, nkeys + 1, argv, argvlen);
+    rcp__free(argv);
+    rcp__free(argvlen);
+    if (rv != RCP_OK || !buf) {
+        t->has_slot = had;
+        t->slot = old;
+        rcp__free(buf);
+        return rv != RCP_OK ? rcp__reply_error_new(rv, why)
+                            : rcp__reply_error_new(RCP_ERR_OOM, "out of memory");
+    }
+
+    if (t->wconn) {
+        /* More keys on the connection already watching. */
+        r = on_wconn(t, buf, len);
+        rcp__free(buf);
+        return r;
+    }
+    if (home(t, host, sizeof host, &port) < 0) {
+        rcp__free(buf);
+        return rcp__reply_error_new(RCP_ERR_CLUSTER_DOWN, "WATCH: no node serves the slot");
+    }
+    for (;;) {
+        rcp__redirect rd;
+        rv = rcp__cluster_dedicated(t->cl, host, port, RCP__CONN_ONCE, &t->wconn);
+        if (rv != RCP_OK) {
+            rcp__free(buf);
+            return rcp__reply_error_new(rv, "WATCH: no connection");
+        }
+        snprintf(t->whost, sizeof t->whost, "%s", host);
+        t->wport = port;
+        r = on_wconn(t, buf, len);
+        if (r->type != RCP_REPLY_ERROR || r->err != RCP_ERR_SERVER)
+            break;
+        rcp__parse_redirect(r->str, r->len, &rd);
+        if (rd.kind != RCP__RD_MOVED || ++redirects > rcp__cluster_max_redirects(t->cl))
+            break; /* ASK (the slot is migrating) and the rest: the caller's to retry */
+        rcp__cluster_refresh_soon(t->cl);
+        unwatch(t);
+        rcp_reply_free(r);
+        if (rd.host[0])
+            snprintf(host, sizeof host, "%s", rd.host);
+        port = rd.port;
+    }
+    rcp__free(buf);
+    if (r->type == RCP_REPLY_ERROR)
+        unwatch(t);
+    return r;
+}
+
+rcp_reply *rcp_txn_command_argv(rcp_txn *t, int argc, const char **argv, const size_t *argvlen)
+{
+    const char *why;
+    char *buf;
+    size_t len;
+    int rv, i;
+    rcp_reply *r;
+
+    if (!t || argc < 1 || !argv)
+        return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_command: bad arguments");
+    if (!t->wconn)
+        return rcp__reply_error_new(RCP_ERR_INVALID,
+                                    "rcp_txn_command: only between rcp_txn_watch and exec");
+    if (rcp__loop_on_thread())
+        return rcp__reply_error_new(RCP_ERR_INVALID,
+                                    "sync call from an I/O thread (a callback) would deadlock");
+    for (i = 0; i < argc; i++)
+        if (!argv[i])
+            return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_command: NULL argument");
+    rv = rcp__command_check(argc, argv, argvlen, &why);
+    if (rv == RCP_OK) {
+        int had = t->has_slot;
+        unsigned old = t->slot;
+        rv = join_slot(t, argc, argv, argvlen, &why);
+        t->has_slot = had; /* reads don't widen the transaction */
+        t->slot = old;
+    }
+    if (rv != RCP_OK)
+        return rcp__reply_error_new(rv, why);
+    len = rcp__format_len(argc, argv, argvlen);
+    buf = rcp__malloc(len);
+    if (!buf)
+        return rcp__reply_error_new(RCP_ERR_OOM, "out of memory");
+    rcp__format_write(buf, argc, argv, argvlen);
+    r = on_wconn(t, buf, len);
+    rcp__free(buf);
+    return r;
+}
+
+rcp_reply *rcp_txn_exec(rcp_txn *t)
+{
+    rcp_reply *r;
+    if (!t)
+        return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_exec: NULL transaction");
+    if (rcp__loop_on_thread())
+        return rcp__reply_error_new(RCP_ERR_INVALID,
+                                    "sync call from an I/O thread (a callback) would deadlock");
+    if (t->n == 0 && !t->wconn)
+        return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_exec: no command queued");
+    if (t->wconn) {
+        rcp__redirect rd;
+        attempt(t, t->wconn, 0, &r, &rd);
+        if (!r) {
+            /* Not run: the WATCH connection was lost, or the slot moved. */
+            char msg[400];
+            snprintf(msg, sizeof msg,
+                     "watched transaction not run (%s:%d: connection lost or slot moved); "
+                     "watch again and retry",
+                     t->whost, t->wport);
+            r = rcp__reply_error_new(RCP_ERR_NOT_SENT, msg);
+        }
+        unwatch(t);
+    } else {
+        r = exec_shared(t);
+    }
+    clear_commands(t);
+    t->has_slot = 0;
+    return r;
+}
