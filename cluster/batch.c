@@ -10,6 +10,7 @@
 
 #include "alloc.h"
 #include "cluster_int.h"
+#include "cmdlist.h"
 #include "format.h"
 #include "loop.h"
 #include "reply.h"
@@ -17,9 +18,7 @@
 
 struct rcp_batch {
     rcp_cluster *cl;
-    size_t n, cap;
-    char **buf;
-    size_t *len;
+    rcp__cmdlist cmds;
 };
 
 rcp_batch *rcp_batch_new(rcp_cluster *cl)
@@ -33,81 +32,38 @@ rcp_batch *rcp_batch_new(rcp_cluster *cl)
     return b;
 }
 
-static void clear(rcp_batch *b)
-{
-    size_t i;
-    for (i = 0; i < b->n; i++)
-        rcp__free(b->buf[i]);
-    b->n = 0;
-}
-
 void rcp_batch_free(rcp_batch *b)
 {
     if (!b)
         return;
-    clear(b);
-    rcp__free(b->buf);
-    rcp__free(b->len);
+    rcp__cmdlist_free(&b->cmds);
     rcp__free(b);
 }
 
 size_t rcp_batch_count(const rcp_batch *b)
 {
-    return b ? b->n : 0;
+    return b ? b->cmds.n : 0;
+}
+
+static int batch_take(void *data, int argc, const char **argv, const size_t *argvlen)
+{
+    return rcp__cmdlist_add(&((rcp_batch *)data)->cmds, argc, argv, argvlen);
 }
 
 int rcp_batch_add_argv(rcp_batch *b, int argc, const char **argv, const size_t *argvlen)
 {
-    const char *why;
-    size_t len;
-    char *buf;
-    int i, rv;
-    if (!b || argc < 1 || !argv)
-        return RCP_ERR_INVALID;
-    for (i = 0; i < argc; i++)
-        if (!argv[i])
-            return RCP_ERR_INVALID;
-    rv = rcp__command_check(argc, argv, argvlen, &why);
-    if (rv != RCP_OK)
-        return rv;
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 16;
-        char **nb = rcp__realloc(b->buf, cap * sizeof(*nb));
-        size_t *nl;
-        if (!nb)
-            return RCP_ERR_OOM;
-        b->buf = nb;
-        nl = rcp__realloc(b->len, cap * sizeof(*nl));
-        if (!nl)
-            return RCP_ERR_OOM;
-        b->len = nl;
-        b->cap = cap;
-    }
-    len = rcp__format_len(argc, argv, argvlen);
-    buf = rcp__malloc(len);
-    if (!buf)
-        return RCP_ERR_OOM;
-    rcp__format_write(buf, argc, argv, argvlen);
-    b->buf[b->n] = buf;
-    b->len[b->n++] = len;
-    return RCP_OK;
+    return b ? batch_take(b, argc, argv, argvlen) : RCP_ERR_INVALID;
 }
 
 int rcp_batch_add(rcp_batch *b, const char *fmt, ...)
 {
-    rcp__fmt_cmd cmd;
-    const char *why;
     va_list ap;
     int rv;
-    if (!b || !fmt)
+    if (!b)
         return RCP_ERR_INVALID;
     va_start(ap, fmt);
-    rv = rcp__format_command(&cmd, fmt, ap, &why);
+    rv = rcp__cmd_formatted(fmt, ap, batch_take, b);
     va_end(ap);
-    if (rv != RCP_OK)
-        return rv;
-    rv = rcp_batch_add_argv(b, cmd.argc, cmd.argv, cmd.argvlen);
-    rcp__free(cmd.buf);
     return rv;
 }
 
@@ -159,12 +115,12 @@ int rcp_batch_send(rcp_batch *b, rcp_future *f)
 
     if (!b || !f || !f->resolve)
         return RCP_ERR_INVALID;
-    if (b->n == 0)
+    if (b->cmds.n == 0)
         return RCP_ERR_INVALID;
-    fl = rcp__calloc(1, sizeof(*fl) + b->n * sizeof(cmd_slot));
-    fs = rcp__malloc(b->n * sizeof(*fs));
+    fl = rcp__calloc(1, sizeof(*fl) + b->cmds.n * sizeof(cmd_slot));
+    fs = rcp__malloc(b->cmds.n * sizeof(*fs));
     if (fl)
-        fl->arr = rcp__reply_array_new(b->n);
+        fl->arr = rcp__reply_array_new(b->cmds.n);
     if (!fl || !fs || !fl->arr) {
         if (fl)
             rcp_reply_free(fl->arr);
@@ -173,9 +129,9 @@ int rcp_batch_send(rcp_batch *b, rcp_future *f)
         return RCP_ERR_OOM;
     }
     pthread_mutex_init(&fl->mu, NULL);
-    fl->n = fl->left = b->n;
+    fl->n = fl->left = b->cmds.n;
     fl->user = f;
-    for (i = 0; i < b->n; i++) {
+    for (i = 0; i < b->cmds.n; i++) {
         fl->slots[i].f.resolve = slot_resolve;
         fl->slots[i].f.data = &fl->slots[i];
         fl->slots[i].f.timeout_ms = f->timeout_ms;
@@ -183,7 +139,7 @@ int rcp_batch_send(rcp_batch *b, rcp_future *f)
         fl->slots[i].idx = i;
         fs[i] = &fl->slots[i].f;
     }
-    rv = rcp__cluster_send_batch(b->cl, b->n, fs, (const char *const *)b->buf, b->len, &bad);
+    rv = rcp__cluster_send_batch(b->cl, b->cmds.n, fs, (const char *const *)b->cmds.buf, b->cmds.len, &bad);
     rcp__free(fs);
     if (rv != RCP_OK) {
         rcp_reply_free(fl->arr);
@@ -191,7 +147,7 @@ int rcp_batch_send(rcp_batch *b, rcp_future *f)
         rcp__free(fl);
         return rv;
     }
-    clear(b);
+    rcp__cmdlist_clear(&b->cmds);
     return RCP_OK;
 }
 

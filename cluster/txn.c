@@ -19,6 +19,7 @@
 
 #include "alloc.h"
 #include "cluster_int.h"
+#include "cmdlist.h"
 #include "format.h"
 #include "loop.h"
 #include "reply.h"
@@ -28,9 +29,7 @@ struct rcp_txn {
     rcp_cluster *cl;
     int has_slot;
     unsigned slot;
-    size_t n, cap;
-    char **buf;
-    size_t *len;
+    rcp__cmdlist cmds;
     struct rcp_conn *wconn; /* WATCH: the dedicated connection */
     char whost[256];
     int wport;
@@ -50,14 +49,6 @@ rcp_txn *rcp_txn_new(rcp_cluster *cl)
     return t;
 }
 
-static void clear_commands(rcp_txn *t)
-{
-    size_t i;
-    for (i = 0; i < t->n; i++)
-        rcp__free(t->buf[i]);
-    t->n = 0;
-}
-
 static void unwatch(rcp_txn *t)
 {
     if (t->wconn) {
@@ -71,9 +62,7 @@ void rcp_txn_free(rcp_txn *t)
     if (!t)
         return;
     unwatch(t);
-    clear_commands(t);
-    rcp__free(t->buf);
-    rcp__free(t->len);
+    rcp__cmdlist_free(&t->cmds);
     rcp__free(t);
 }
 
@@ -114,70 +103,43 @@ static int join_slot(rcp_txn *t, int argc, const char **argv, const size_t *argv
     return RCP_OK;
 }
 
-int rcp_txn_add_argv(rcp_txn *t, int argc, const char **argv, const size_t *argvlen)
+/* Checks the command's slot against the transaction's, then queues it;
+ * on any refusal the transaction is as it was. */
+static int txn_take(void *data, int argc, const char **argv, const size_t *argvlen)
 {
+    rcp_txn *t = data;
     const char *why;
-    int i, rv, had = t ? t->has_slot : 0;
-    unsigned old = t ? t->slot : 0;
-    size_t len;
-    char *buf;
-
-    if (!t || argc < 1 || !argv)
+    int had = t->has_slot, rv, i;
+    unsigned old = t->slot;
+    if (argc < 1 || !argv)
         return RCP_ERR_INVALID;
     for (i = 0; i < argc; i++)
         if (!argv[i])
             return RCP_ERR_INVALID;
-    rv = rcp__command_check(argc, argv, argvlen, &why);
-    if (rv != RCP_OK)
-        return rv;
     rv = join_slot(t, argc, argv, argvlen, &why);
+    if (rv == RCP_OK)
+        rv = rcp__cmdlist_add(&t->cmds, argc, argv, argvlen);
     if (rv != RCP_OK) {
         t->has_slot = had;
         t->slot = old;
-        return rv;
     }
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 8;
-        char **b = rcp__realloc(t->buf, cap * sizeof(*b));
-        size_t *l;
-        if (!b)
-            goto oom;
-        t->buf = b;
-        l = rcp__realloc(t->len, cap * sizeof(*l));
-        if (!l)
-            goto oom;
-        t->len = l;
-        t->cap = cap;
-    }
-    len = rcp__format_len(argc, argv, argvlen);
-    buf = rcp__malloc(len);
-    if (!buf)
-        goto oom;
-    rcp__format_write(buf, argc, argv, argvlen);
-    t->buf[t->n] = buf;
-    t->len[t->n++] = len;
-    return RCP_OK;
-oom:
-    t->has_slot = had;
-    t->slot = old;
-    return RCP_ERR_OOM;
+    return rv;
+}
+
+int rcp_txn_add_argv(rcp_txn *t, int argc, const char **argv, const size_t *argvlen)
+{
+    return t ? txn_take(t, argc, argv, argvlen) : RCP_ERR_INVALID;
 }
 
 int rcp_txn_add(rcp_txn *t, const char *fmt, ...)
 {
-    rcp__fmt_cmd cmd;
-    const char *why;
     va_list ap;
     int rv;
-    if (!t || !fmt)
+    if (!t)
         return RCP_ERR_INVALID;
     va_start(ap, fmt);
-    rv = rcp__format_command(&cmd, fmt, ap, &why);
+    rv = rcp__cmd_formatted(fmt, ap, txn_take, t);
     va_end(ap);
-    if (rv != RCP_OK)
-        return rv;
-    rv = rcp_txn_add_argv(t, cmd.argc, cmd.argv, cmd.argvlen);
-    rcp__free(cmd.buf);
     return rv;
 }
 
@@ -252,7 +214,7 @@ static rcp_reply *abort_reply(rcp__gather_slot *s, size_t n)
 static void attempt(rcp_txn *t, struct rcp_conn *conn, int asking, rcp_reply **out,
                     rcp__redirect *rd)
 {
-    size_t n = t->n, i, total = n + 2;
+    size_t n = t->cmds.n, i, total = n + 2;
     rcp__gather_slot stack_s[18], *s = stack_s;
     rcp_future *fstack[18], **f = fstack;
     const char *rstack[18], **raw = rstack;
@@ -277,8 +239,8 @@ static void attempt(rcp_txn *t, struct rcp_conn *conn, int asking, rcp_reply **o
     rcp__gather_init(&g, s, total);
     for (i = 0; i < total; i++) {
         f[i] = &s[i].f;
-        raw[i] = i == 0 ? multi_cmd : i == total - 1 ? exec_cmd : t->buf[i - 1];
-        len[i] = i == 0 ? sizeof multi_cmd - 1 : i == total - 1 ? sizeof exec_cmd - 1 : t->len[i - 1];
+        raw[i] = i == 0 ? multi_cmd : i == total - 1 ? exec_cmd : t->cmds.buf[i - 1];
+        len[i] = i == 0 ? sizeof multi_cmd - 1 : i == total - 1 ? sizeof exec_cmd - 1 : t->cmds.len[i - 1];
     }
     rv = rcp__conn_send_group(conn, total, f, raw, len, asking);
     if (rv != RCP_OK) {
@@ -523,7 +485,7 @@ rcp_reply *rcp_txn_exec(rcp_txn *t)
     if (rcp__loop_on_thread())
         return rcp__reply_error_new(RCP_ERR_INVALID,
                                     "sync call from an I/O thread (a callback) would deadlock");
-    if (t->n == 0 && !t->wconn)
+    if (t->cmds.n == 0 && !t->wconn)
         return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_exec: no command queued");
     if (t->wconn) {
         rcp__redirect rd;
@@ -541,7 +503,7 @@ rcp_reply *rcp_txn_exec(rcp_txn *t)
     } else {
         r = exec_shared(t);
     }
-    clear_commands(t);
+    rcp__cmdlist_clear(&t->cmds);
     t->has_slot = 0;
     return r;
 }

@@ -1,0 +1,26 @@
+/* cluster/cmdlist.h: a growable list of formatted commands, for
+ * transactions and batches (cmdlist.c). */
+#ifndef RCP_CMDLIST_H
+#define RCP_CMDLIST_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+typedef struct rcp__cmdlist {
+    size_t n, cap;
+    char **buf;
+    size_t *len;
+} rcp__cmdlist;
+
+/* Formats and appends argv (screened: blocking and connection-state
+ * commands are refused). RCP_OK or an error code, the list unchanged. */
+int rcp__cmdlist_add(rcp__cmdlist *l, int argc, const char **argv, const size_t *argvlen);
+/* Formats a hiredis-style command and hands its arguments to take(data,
+ * ...); returns take's code (or the formatting error). */
+int rcp__cmd_formatted(const char *fmt, va_list ap,
+                       int (*take)(void *data, int argc, const char **argv, const size_t *argvlen),
+                       void *data);
+void rcp__cmdlist_clear(rcp__cmdlist *l);
+void rcp__cmdlist_free(rcp__cmdlist *l);
+
+#endif
