@@ -134,6 +134,7 @@ void rcp_cluster_options_init(rcp_cluster_options *o)
     o->max_retries = 5;
     o->min_refresh_gap_ms = 100;
     o->replica_pick_ms = 50;
+    o->blocking_pool = 4;
 }
 
 
@@ -174,6 +175,7 @@ static rcp__node *node_get(struct rcp_cluster *cl, const char *host, int port, i
             return NULL;
         }
         n->port = port;
+        rcp__pool_init(n);
         if (strchr(host, ':'))
             snprintf(n->addr, sizeof n->addr, "[%s]:%d", host, port);
         else
@@ -733,6 +735,25 @@ static int cluster_dedicated_locked(struct rcp_cluster *cl, const char *host, in
     return rcp__conn_create(cl->loops[i], &o, flags, out);
 }
 
+int rcp__cluster_dedicated_no_io_timeout(struct rcp_cluster *cl, const char *host, int port,
+                                         struct rcp_conn **out)
+{
+    rcp_conn_options o = cl->node_opt;
+    unsigned i = atomic_fetch_add(&cl->next_loop, 1) % cl->nloops;
+    if (atomic_load(&cl->closing))
+        return RCP_ERR_CLOSED;
+    o.host = host;
+    o.port = port;
+    o.io_timeout_ms = 0;
+    return rcp__conn_create(cl->loops[i], &o, 0, out);
+}
+
+int rcp__cluster_blocking_pool(struct rcp_cluster *cl)
+{
+    int n = cl->opt.blocking_pool;
+    return n < 1 ? 1 : n > RCP__POOL_MAX ? RCP__POOL_MAX : n;
+}
+
 int rcp__cluster_dedicated(struct rcp_cluster *cl, const char *host, int port, unsigned flags,
                            struct rcp_conn **out)
 {
@@ -1277,6 +1298,8 @@ int rcp_cluster_send_argv_policy(rcp_cluster *cl, rcp_future *f, int policy, int
     rv = classify(cl, argc, argv, argvlen, &rq, &why);
     if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(argc, argv, argvlen))
         return rcp__multi_send(cl, f, policy, argc, argv, argvlen);
+    if (rv == RCP_ERR_BLOCKING_COMMAND)
+        return rcp__blocking_send(cl, f, argc, argv, argvlen);
     if (rv != RCP_OK)
         return rv;
     rq.len = rcp__format_len(argc, argv, argvlen);
@@ -1296,8 +1319,9 @@ int rcp_cluster_send_argv(rcp_cluster *cl, rcp_future *f, int argc, const char *
 }
 
 /* Format with a hiredis-style format, then classify the command. */
-/* On RCP_ERR_CROSS_SLOT for a command split by slot, cmd is left filled
- * (the caller sends it split and frees cmd->buf). */
+/* On RCP_ERR_CROSS_SLOT for a command split by slot, and on
+ * RCP_ERR_BLOCKING_COMMAND, cmd is left filled (the caller sends it its
+ * own way and frees cmd->buf). */
 static int format_req(struct rcp_cluster *cl, const char *fmt, va_list ap, req *rq,
                       const char **why, rcp__fmt_cmd *cmd)
 {
@@ -1305,7 +1329,8 @@ static int format_req(struct rcp_cluster *cl, const char *fmt, va_list ap, req *
     if (rv != RCP_OK)
         return rv;
     rv = classify(cl, cmd->argc, cmd->argv, cmd->argvlen, rq, why);
-    if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(cmd->argc, cmd->argv, cmd->argvlen))
+    if ((rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(cmd->argc, cmd->argv, cmd->argvlen)) ||
+        rv == RCP_ERR_BLOCKING_COMMAND)
         return rv;
     if (rv == RCP_OK && cmd->len > cl->node_opt.max_request_bytes)
         rv = RCP_ERR_TOO_LARGE;
@@ -1333,6 +1358,11 @@ int rcp_cluster_sendv(rcp_cluster *cl, rcp_future *f, const char *fmt, va_list a
     rv = format_req(cl, fmt, ap, &rq, &why, &cmd);
     if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(cmd.argc, cmd.argv, cmd.argvlen)) {
         rv = rcp__multi_send(cl, f, -1, cmd.argc, cmd.argv, cmd.argvlen);
+        rcp__free(cmd.buf);
+        return rv;
+    }
+    if (rv == RCP_ERR_BLOCKING_COMMAND) {
+        rv = rcp__blocking_send(cl, f, cmd.argc, cmd.argv, cmd.argvlen);
         rcp__free(cmd.buf);
         return rv;
     }
@@ -1436,6 +1466,11 @@ rcp_reply *rcp_cluster_command_argv(rcp_cluster *cl, int argc, const char **argv
         atomic_fetch_sub(&cl->active_calls, 1);
         return r;
     }
+    if (rv == RCP_ERR_BLOCKING_COMMAND) {
+        r = rcp__blocking_command(cl, argc, argv, argvlen);
+        atomic_fetch_sub(&cl->active_calls, 1);
+        return r;
+    }
     if (rv != RCP_OK) {
         atomic_fetch_sub(&cl->active_calls, 1);
         return error_reply(rv, why);
@@ -1476,6 +1511,12 @@ rcp_reply *rcp_cluster_commandv(rcp_cluster *cl, const char *fmt, va_list ap)
     rv = format_req(cl, fmt, ap, &rq, &why, &cmd);
     if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(cmd.argc, cmd.argv, cmd.argvlen)) {
         r = rcp__multi_command(cl, -1, cmd.argc, cmd.argv, cmd.argvlen);
+        rcp__free(cmd.buf);
+        atomic_fetch_sub(&cl->active_calls, 1);
+        return r;
+    }
+    if (rv == RCP_ERR_BLOCKING_COMMAND) {
+        r = rcp__blocking_command(cl, cmd.argc, cmd.argv, cmd.argvlen);
         rcp__free(cmd.buf);
         atomic_fetch_sub(&cl->active_calls, 1);
         return r;
@@ -1553,6 +1594,7 @@ static void cluster_free(struct rcp_cluster *cl)
     }
     for (n = cl->nodes; n; n = next) {
         next = n->next;
+        rcp__pool_destroy(n);
         rcp__free(n->host);
         rcp__free(n);
     }
@@ -1700,6 +1742,7 @@ void rcp_cluster_close(rcp_cluster *cl)
                 rcp_conn_close(n->detached[role]);
             n->detached[role] = NULL;
         }
+        rcp__pool_shutdown(n);
     }
     while (atomic_load(&cl->active_calls) > 0)
         usleep(1000);

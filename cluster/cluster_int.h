@@ -12,6 +12,8 @@
 #include "logic.h"
 #include "rcpipe/cluster.h"
 
+#define RCP__POOL_MAX 64 /* dedicated connections per node, at most */
+
 /* Which of a node's two connections a request uses. A node has a plain
  * connection for whatever is routed to it as a master, and a READONLY one
  * for reads routed to it as a replica. They are never mixed: a master
@@ -37,6 +39,14 @@ typedef struct rcp__node {
     _Atomic uint64_t moved, ask;    /* redirects this node answered */
     _Atomic uint64_t rtt_ns;        /* smoothed PING round trip, 0: unknown */
     struct rcp__node *next;         /* registry list */
+    /* blocking.c: dedicated connections for blocking commands. `all`
+     * holds every one (idle or busy); whoever removes a connection from
+     * it closes it, outside any I/O callback (retired ones wait in
+     * `retired` for a caller's thread). */
+    pthread_mutex_t pool_mu;
+    pthread_cond_t pool_cv;
+    struct rcp_conn *all[RCP__POOL_MAX], *idle[RCP__POOL_MAX], *retired[RCP__POOL_MAX];
+    int nall, nidle, nretired, pool_closed;
 } rcp__node;
 
 typedef struct rcp__shard {
@@ -106,12 +116,29 @@ void rcp__cluster_unpin(struct rcp_conn *conn);
  * caller closes it (rcp_conn_close) before closing the handle. */
 int rcp__cluster_dedicated(struct rcp_cluster *cl, const char *host, int port, unsigned flags,
                            struct rcp_conn **out);
+/* The same with the I/O timeout off (a blocking command may legitimately
+ * get no byte for as long as its own timeout). */
+int rcp__cluster_dedicated_no_io_timeout(struct rcp_cluster *cl, const char *host, int port,
+                                         struct rcp_conn **out);
 /* Explicit batches: n pre-formatted commands as ordinary async requests,
  * the first attempts of each node's share queued in one group (written
  * contiguously). RCP_OK and every f[i] resolved once, or an error for
  * command *bad and none called. */
 int rcp__cluster_send_batch(struct rcp_cluster *cl, size_t n, rcp_future *const *f,
                             const char *const *buf, const size_t *len, size_t *bad);
+/* blocking.c: set up / tear down a node's pool (node creation, handle
+ * close: every pool connection closed, outstanding calls resolved). */
+void rcp__pool_init(rcp__node *n);
+void rcp__pool_shutdown(rcp__node *n);
+void rcp__pool_destroy(rcp__node *n);
+/* blocking.c: a blocking command (screening said RCP_ERR_BLOCKING_COMMAND)
+ * on a dedicated connection. Contract as rcp_cluster_send_argv. */
+int rcp__blocking_send(struct rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
+                       const size_t *argvlen);
+rcp_reply *rcp__blocking_command(struct rcp_cluster *cl, int argc, const char **argv,
+                                 const size_t *argvlen);
+/* The handle's per-node pool size for blocking commands. */
+int rcp__cluster_blocking_pool(struct rcp_cluster *cl);
 /* The handle's redirect and retry limits. */
 int rcp__cluster_max_redirects(struct rcp_cluster *cl);
 int rcp__cluster_max_retries(struct rcp_cluster *cl);

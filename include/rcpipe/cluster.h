@@ -44,6 +44,8 @@ typedef struct rcp_cluster_options {
     int max_retries;            /* TRYAGAIN/CLUSTERDOWN/LOADING/MASTERDOWN/IO retries; default 5 */
     int min_refresh_gap_ms;     /* forced refreshes at most one per this; default 100 */
     int replica_pick_ms;        /* how long a caller sticks to one replica; default 50 */
+    int blocking_pool;          /* dedicated connections per node for blocking commands
+                                 * (BLPOP, XREAD BLOCK, WAIT...); default 4, at most 64 */
     const rcp_conn_options *node; /* per-node connection options (host/port and event_cb
                                    * ignored); NULL: defaults */
     rcp_event_fn event_cb;      /* map updates and every node's connection events; NULL: none */

@@ -1,0 +1,281 @@
+/* test_blocking.c: blocking commands on dedicated connections.
+ *
+ * 16 threads do GET/SET on one node while BLPOP waits (up to 5 s) on a list
+ * of the same node: the normal traffic never waits behind it (its slowest
+ * request stays far below the BLPOP's wait; p99 with and without the BLPOP
+ * printed) and the BLPOP gets the value pushed meanwhile. BLPOP times out
+ * with nil; XREAD BLOCK gets an entry added later; WAIT answers; more
+ * blocking calls than the pool holds wait for a connection and all
+ * complete; the async API works; after every slot of the list's master
+ * moved away (a stale map on purpose), the BLPOP follows MOVED. */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "rcpipe.h"
+
+#define NLOAD 16
+#define MAXLAT 200000
+
+static rcpc_cluster cl;
+static rcp_cluster *h;
+static atomic_int stop_flag;
+static atomic_long load_bad;
+
+struct lat {
+    pthread_t th;
+    int id;
+    long n;
+    int64_t *us;
+};
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void *load_main(void *arg)
+{
+    struct lat *l = arg;
+    while (!atomic_load(&stop_flag) && l->n < MAXLAT) {
+        int64_t t0 = now_us();
+        rcp_reply *r = l->n % 2 ? rcp_cluster_command(h, "SET {b}k%d %ld", l->id, l->n)
+                                : rcp_cluster_command(h, "GET {b}k%d", l->id);
+        if (r->type == RCP_REPLY_ERROR)
+            atomic_fetch_add(&load_bad, 1);
+        rcp_reply_free(r);
+        l->us[l->n++] = now_us() - t0;
+    }
+    return NULL;
+}
+
+static int cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Runs the load for ms; returns p99 and max (µs). */
+static void run_load(int ms, int64_t *p99, int64_t *max)
+{
+    static struct lat l[NLOAD];
+    int64_t *all;
+    long total = 0, k = 0;
+    int i;
+
+    atomic_store(&stop_flag, 0);
+    for (i = 0; i < NLOAD; i++) {
+        l[i].id = i;
+        l[i].n = 0;
+        l[i].us = malloc(MAXLAT * sizeof(int64_t));
+        ck_assert_ptr_nonnull(l[i].us);
+        ck_assert_int_eq(pthread_create(&l[i].th, NULL, load_main, &l[i]), 0);
+    }
+    rcpc_sleep_ms(ms);
+    atomic_store(&stop_flag, 1);
+    for (i = 0; i < NLOAD; i++) {
+        pthread_join(l[i].th, NULL);
+        total += l[i].n;
+    }
+    all = malloc((size_t)total * sizeof(int64_t));
+    ck_assert_ptr_nonnull(all);
+    for (i = 0; i < NLOAD; i++) {
+        memcpy(all + k, l[i].us, (size_t)l[i].n * sizeof(int64_t));
+        k += l[i].n;
+        free(l[i].us);
+    }
+    qsort(all, (size_t)total, sizeof(int64_t), cmp64);
+    *p99 = all[(total * 99) / 100];
+    *max = all[total - 1];
+    free(all);
+}
+
+struct bl {
+    pthread_t th;
+    const char *cmd;
+    rcp_reply *r;
+    int64_t took_ms;
+};
+
+static void *blpop_main(void *arg)
+{
+    struct bl *b = arg;
+    int64_t t0 = rcpc_now_ms();
+    b->r = rcp_cluster_command(h, b->cmd);
+    b->took_ms = rcpc_now_ms() - t0;
+    return NULL;
+}
+
+START_TEST(test_shared_pipeline_unaffected)
+{
+    struct bl b = {0};
+    int64_t p99_without, max_without, p99_with, max_with;
+    char d[512];
+
+    h = rcpc_open_default(&cl);
+    rcp_reply_free(rcp_cluster_command(h, "DEL {b}list"));
+    run_load(1500, &p99_without, &max_without);
+
+    b.cmd = "BLPOP {b}list 5";
+    ck_assert_int_eq(pthread_create(&b.th, NULL, blpop_main, &b), 0);
+    rcpc_sleep_ms(200);
+    run_load(1500, &p99_with, &max_with);
+    {
+        rcp_reply *r = rcp_cluster_command(h, "RPUSH {b}list hello");
+        ck_assert_msg(rcpc_is_int(r, 1), "RPUSH: %s", rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+    }
+    pthread_join(b.th, NULL);
+    fprintf(stderr,
+            "blocking: normal traffic p99 %lld us without a BLPOP, %lld us with one waiting "
+            "(max %lld / %lld us); BLPOP answered after %lld ms\n",
+            (long long)p99_without, (long long)p99_with, (long long)max_without,
+            (long long)max_with, (long long)b.took_ms);
+    ck_assert_int_eq(atomic_load(&load_bad), 0);
+    ck_assert_msg(b.r->type == RCP_REPLY_ARRAY && b.r->elements == 2 &&
+                      rcpc_is_string(b.r->element[1], "hello"),
+                  "BLPOP: %s", rcpc_describe(b.r, d, sizeof d));
+    rcp_reply_free(b.r);
+    /* A request queued behind the BLPOP on a shared pipeline would have
+     * waited for it (>= 1.7 s here: the BLPOP was answered only after the
+     * load phase ended). */
+    ck_assert_msg(max_with < 1000000, "a normal request took %lld us while BLPOP waited",
+                  (long long)max_with);
+    rcp_cluster_close(h);
+    h = NULL;
+}
+END_TEST
+
+START_TEST(test_timeout_xread_wait_pool_async)
+{
+    rcp_cluster_options o;
+    rcp_conn_options node;
+    struct bl b[3];
+    char err[4096], d[512], cmd[3][64];
+    rcp_reply *r;
+    int i;
+
+    ck_assert_msg(rcpc_wait_ok(&cl, 30, err, sizeof err) == 0, "%s", err);
+    rcpc_options(&o, &node, cl.seed);
+    o.blocking_pool = 2;
+    h = rcpc_open(&o);
+
+    r = rcp_cluster_command(h, "BLPOP {e}empty 1");
+    ck_assert_msg(rcpc_is_nil(r), "BLPOP timeout: %s", rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+
+    /* XREAD BLOCK: the entry is added while it waits. */
+    memset(b, 0, sizeof b);
+    rcp_reply_free(rcp_cluster_command(h, "DEL {x}s"));
+    rcp_reply_free(rcp_cluster_command(h, "XADD {x}s 1-1 f v"));
+    b[0].cmd = "XREAD BLOCK 5000 STREAMS {x}s 1-1";
+    ck_assert_int_eq(pthread_create(&b[0].th, NULL, blpop_main, &b[0]), 0);
+    rcpc_sleep_ms(300);
+    rcp_reply_free(rcp_cluster_command(h, "XADD {x}s 2-1 f w"));
+    pthread_join(b[0].th, NULL);
+    ck_assert_msg(b[0].r->type == RCP_REPLY_ARRAY && b[0].r->elements == 1,
+                  "XREAD BLOCK: %s", rcpc_describe(b[0].r, d, sizeof d));
+    rcp_reply_free(b[0].r);
+
+    r = rcp_cluster_command(h, "WAIT 1 2000");
+    ck_assert_msg(r->type == RCP_REPLY_INTEGER && r->integer >= 0, "WAIT: %s",
+                  rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+
+    /* Three BLPOPs, a pool of two: the third waits for a connection. */
+    for (i = 0; i < 3; i++) {
+        snprintf(cmd[i], sizeof cmd[i], "BLPOP {p}l%d 5", i);
+        rcp_reply_free(rcp_cluster_command(h, "DEL {p}l%d", i));
+        b[i].cmd = cmd[i];
+        ck_assert_int_eq(pthread_create(&b[i].th, NULL, blpop_main, &b[i]), 0);
+    }
+    rcpc_sleep_ms(300);
+    for (i = 0; i < 3; i++)
+        rcp_reply_free(rcp_cluster_command(h, "RPUSH {p}l%d v%d", i, i));
+    for (i = 0; i < 3; i++) {
+        char want[8];
+        pthread_join(b[i].th, NULL);
+        snprintf(want, sizeof want, "v%d", i);
+        ck_assert_msg(b[i].r->type == RCP_REPLY_ARRAY && b[i].r->elements == 2 &&
+                          rcpc_is_string(b[i].r->element[1], want),
+                      "BLPOP %d: %s", i, rcpc_describe(b[i].r, d, sizeof d));
+        rcp_reply_free(b[i].r);
+    }
+
+    /* The async API. */
+    {
+        const char *argv[] = {"BLPOP", "{a}l", "3"};
+        int rc;
+        rcp_reply_free(rcp_cluster_command(h, "RPUSH {a}l async"));
+        r = rcpc_call_async(h, -1, 3, argv, NULL, &rc);
+        ck_assert_int_eq(rc, RCP_OK);
+        ck_assert_msg(r && r->type == RCP_REPLY_ARRAY && rcpc_is_string(r->element[1], "async"),
+                      "async BLPOP: %s", rcpc_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+    }
+    r = rcp_cluster_command(h, "BLPOP {a}x {b}y 1");
+    ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_CROSS_SLOT, "cross-slot: %s",
+                  rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    rcp_cluster_close(h);
+    h = NULL;
+}
+END_TEST
+
+START_TEST(test_follows_moved)
+{
+    rcp_cluster_options o;
+    rcp_conn_options node;
+    rcpc_topo t;
+    char err[4096], d[512];
+    rcp_reply *r;
+    int owner, to = 0, i;
+
+    ck_assert_msg(rcpc_wait_ok(&cl, 30, err, sizeof err) == 0, "%s", err);
+    rcpc_options(&o, &node, cl.seed);
+    o.refresh_interval_ms = 600000; /* keep the map stale */
+    h = rcpc_open(&o);
+    ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
+    owner = rcpc_slot_owner(&t, rcp_keyslot("{m}l", 4));
+    for (i = 0; i < t.n; i++)
+        if (t.node[i].is_master && i != owner && t.node[i].nslots > 0) {
+            to = t.node[i].port;
+            break;
+        }
+    ck_assert_int_ne(to, 0);
+    ck_assert_msg(rcpc_reshard(&cl, t.node[owner].port, to, t.node[owner].nslots, err,
+                               sizeof err) == 0,
+                  "reshard: %s", err);
+    {
+        redisReply *rr = rcpc_ask(to, "RPUSH {m}l moved");
+        ck_assert_msg(rr && rr->type == REDIS_REPLY_INTEGER, "RPUSH on the new owner");
+        freeReplyObject(rr);
+    }
+    r = rcp_cluster_command(h, "BLPOP {m}l 3");
+    ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 2 &&
+                      rcpc_is_string(r->element[1], "moved"),
+                  "BLPOP after the slot moved: %s", rcpc_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    rcp_cluster_close(h);
+    h = NULL;
+}
+END_TEST
+
+static void add_tests(TCase *tc)
+{
+    RCPC_ADD_TEST(tc, test_shared_pipeline_unaffected);
+    RCPC_ADD_TEST(tc, test_timeout_xread_wait_pool_async);
+    RCPC_ADD_TEST(tc, test_follows_moved);
+}
+
+int main(void)
+{
+    static const char *const extra[] = {"--cluster-allow-replica-migration", "no", NULL};
+    return rcpc_main(&cl, "blocking", 3, 1, extra, 180, add_tests);
+}
