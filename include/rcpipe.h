@@ -6,5 +6,6 @@
 #include "rcpipe/reply.h"
 #include "rcpipe/conn.h"
 #include "rcpipe/cluster.h"
+#include "rcpipe/pubsub.h"
 
 #endif

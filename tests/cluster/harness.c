@@ -852,6 +852,23 @@ int rcpc_slot_owner(const rcpc_topo *t, unsigned slot)
     return -1;
 }
 
+int rcpc_master_with_replica(const rcpc_topo *t, int *master, int *replica)
+{
+    int i, k;
+
+    for (i = 0; i < t->n; i++) {
+        if (!t->node[i].is_master || t->node[i].nslots == 0)
+            continue;
+        for (k = 0; k < t->n; k++)
+            if (!t->node[k].is_master && t->node[k].master_port == t->node[i].port) {
+                *master = i;
+                *replica = k;
+                return 0;
+            }
+    }
+    return -1;
+}
+
 int rcpc_find_port(const rcpc_topo *t, int port)
 {
     int i;

@@ -142,6 +142,9 @@ int rcpc_slot_owner(const rcpc_topo *t, unsigned slot);
 int rcpc_has_slot(const rcpc_node *n, unsigned slot);
 /* Index in t of the node on that port, or -1. */
 int rcpc_find_port(const rcpc_topo *t, int port);
+/* The first master with slots and a replica: indices in t of both; -1 if
+ * there is none. */
+int rcpc_master_with_replica(const rcpc_topo *t, int *master, int *replica);
 /* ROLE: 1 master, 0 replica, -1 no answer. */
 int rcpc_role_is_master(int port);
 /* An integer field of INFO section (e.g. "clients", "connected_clients");

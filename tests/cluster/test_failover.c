@@ -150,24 +150,6 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-/* The first master with slots and a replica, and that replica. */
-static int master_with_replica(const rcpc_topo *t, int *master, int *replica)
-{
-    int i, k;
-
-    for (i = 0; i < t->n; i++) {
-        if (!t->node[i].is_master || t->node[i].nslots == 0)
-            continue;
-        for (k = 0; k < t->n; k++)
-            if (!t->node[k].is_master && t->node[k].master_port == t->node[i].port) {
-                *master = t->node[i].port;
-                *replica = t->node[k].port;
-                return 0;
-            }
-    }
-    return -1;
-}
-
 /* Waits until `port` says of itself that it is (want_master) or is not a
  * master, and, from its own view, that `slot` belongs to `owner`. */
 static int wait_role(int port, int want_master, unsigned slot, int owner, int timeout_ms)
@@ -214,7 +196,9 @@ START_TEST(test_demoted_master_redirects)
     h = rcpc_open(&o);
 
     ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
-    ck_assert_msg(master_with_replica(&t, &master, &replica) == 0, "no master with a replica");
+    ck_assert_msg(rcpc_master_with_replica(&t, &master, &replica) == 0, "no master with a replica");
+    master = t.node[master].port;
+    replica = t.node[replica].port;
     i = rcpc_find_port(&t, master);
     while (!rcpc_has_slot(&t.node[i], slot))
         slot++;
@@ -301,7 +285,9 @@ START_TEST(test_master_killed_under_load)
 
     /* The victim: a master with a replica. */
     ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
-    ck_assert_msg(master_with_replica(&t, &victim, &heir) == 0, "no master with a replica");
+    ck_assert_msg(rcpc_master_with_replica(&t, &victim, &heir) == 0, "no master with a replica");
+    victim = t.node[victim].port;
+    heir = t.node[heir].port;
     {
         int vi = rcpc_find_port(&t, victim);
         int step = t.node[vi].nslots / NVSLOTS + 1;
