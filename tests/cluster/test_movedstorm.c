@@ -343,25 +343,12 @@ START_TEST(test_moved_storm)
 }
 END_TEST
 
+static void add_tests(TCase *tc)
+{
+    RCPC_ADD_TEST(tc, test_moved_storm);
+}
+
 int main(void)
 {
-    char err[4096];
-    Suite *s = suite_create("cluster-movedstorm");
-    TCase *tc = tcase_create("movedstorm");
-    SRunner *sr;
-    int failed_n;
-
-    if (rcpc_init(err, sizeof err) != 0 || rcpc_start(&cl, 3, 1, NULL, err, sizeof err) != 0) {
-        fprintf(stderr, "cluster-movedstorm: %s\n", err);
-        return 1;
-    }
-    tcase_set_timeout(tc, rcpc_scale(200));
-    RCPC_ADD_TEST(tc, test_moved_storm);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed_n = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rcpc_stop(&cl);
-    return failed_n == 0 ? 0 : 1;
+    return rcpc_main(&cl, "movedstorm", 3, 1, NULL, 200, add_tests);
 }

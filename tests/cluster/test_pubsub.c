@@ -669,30 +669,17 @@ START_TEST(test_ssubscribe_failover)
 }
 END_TEST
 
-int main(void)
+static void add_tests(TCase *tc)
 {
-    static const char *const extra[] = {"--cluster-require-full-coverage", "no",
-                                        "--cluster-allow-replica-migration", "no", NULL};
-    char err[4096];
-    Suite *s = suite_create("cluster-pubsub");
-    TCase *tc = tcase_create("pubsub");
-    SRunner *sr;
-    int failed;
-
-    if (rcpc_init(err, sizeof err) != 0 || rcpc_start(&cl, 3, 1, extra, err, sizeof err) != 0) {
-        fprintf(stderr, "cluster-pubsub: %s\n", err);
-        return 1;
-    }
-    tcase_set_timeout(tc, rcpc_scale(120));
     RCPC_ADD_TEST(tc, test_bad_arguments);
     RCPC_ADD_TEST(tc, test_classic_any_node);
     RCPC_ADD_TEST(tc, test_ssubscribe_reshard);
     RCPC_ADD_TEST(tc, test_ssubscribe_failover); /* last: leaves a master down */
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rcpc_stop(&cl);
-    return failed == 0 ? 0 : 1;
+}
+
+int main(void)
+{
+    static const char *const extra[] = {"--cluster-require-full-coverage", "no",
+                                        "--cluster-allow-replica-migration", "no", NULL};
+    return rcpc_main(&cl, "pubsub", 3, 1, extra, 120, add_tests);
 }

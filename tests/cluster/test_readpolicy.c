@@ -322,30 +322,17 @@ START_TEST(test_nearest)
 }
 END_TEST
 
-int main(void)
+static void add_tests(TCase *tc)
 {
-    char err[4096];
-    Suite *s = suite_create("cluster-readpolicy");
-    TCase *tc = tcase_create("readpolicy");
-    SRunner *sr;
-    int failed;
-
-    if (rcpc_init(err, sizeof err) != 0 || rcpc_start(&cl, 3, 1, NULL, err, sizeof err) != 0) {
-        fprintf(stderr, "cluster-readpolicy: %s\n", err);
-        return 1;
-    }
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, rcpc_scale(60));
     RCPC_ADD_TEST(tc, test_prefer_replica);
     RCPC_ADD_TEST(tc, test_master_and_replicas);
     RCPC_ADD_TEST(tc, test_master_only);
     RCPC_ADD_TEST(tc, test_per_request_policy);
     RCPC_ADD_TEST(tc, test_nearest);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rcpc_stop(&cl);
-    return failed == 0 ? 0 : 1;
+}
+
+int main(void)
+{
+    return rcpc_main(&cl, "readpolicy", 3, 1, NULL, 60, add_tests);
 }

@@ -267,26 +267,13 @@ START_TEST(test_reshard_under_load)
 }
 END_TEST
 
+static void add_tests(TCase *tc)
+{
+    RCPC_ADD_TEST(tc, test_reshard_under_load);
+}
+
 int main(void)
 {
     static const char *const extra[] = {"--cluster-allow-replica-migration", "no", NULL};
-    char err[4096];
-    Suite *s = suite_create("cluster-reshard");
-    TCase *tc = tcase_create("reshard");
-    SRunner *sr;
-    int failed;
-
-    if (rcpc_init(err, sizeof err) != 0 || rcpc_start(&cl, 3, 1, extra, err, sizeof err) != 0) {
-        fprintf(stderr, "cluster-reshard: %s\n", err);
-        return 1;
-    }
-    tcase_set_timeout(tc, rcpc_scale(280));
-    RCPC_ADD_TEST(tc, test_reshard_under_load);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rcpc_stop(&cl);
-    return failed == 0 ? 0 : 1;
+    return rcpc_main(&cl, "reshard", 3, 1, extra, 280, add_tests);
 }

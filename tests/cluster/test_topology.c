@@ -246,25 +246,12 @@ START_TEST(test_add_rebalance_del)
 }
 END_TEST
 
+static void add_tests(TCase *tc)
+{
+    RCPC_ADD_TEST(tc, test_add_rebalance_del);
+}
+
 int main(void)
 {
-    char err[4096];
-    Suite *s = suite_create("cluster-topology");
-    TCase *tc = tcase_create("topology");
-    SRunner *sr;
-    int failed;
-
-    if (rcpc_init(err, sizeof err) != 0 || rcpc_start(&cl, 3, 1, NULL, err, sizeof err) != 0) {
-        fprintf(stderr, "cluster-topology: %s\n", err);
-        return 1;
-    }
-    tcase_set_timeout(tc, rcpc_scale(280));
-    RCPC_ADD_TEST(tc, test_add_rebalance_del);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rcpc_stop(&cl);
-    return failed == 0 ? 0 : 1;
+    return rcpc_main(&cl, "topology", 3, 1, NULL, 280, add_tests);
 }
