@@ -327,28 +327,60 @@ static void want_refresh(struct rcp_cluster *cl)
     pthread_mutex_unlock(&cl->wmu);
 }
 
-/* Build a map from a parsed table; nodes are created as needed. */
-static rcp__map *build_map(struct rcp_cluster *cl, const rcp__slots_table *t)
+/* Starts a shard of m (the next free one) for master + replicas. */
+static rcp__shard *add_shard(rcp__map *m, size_t *r, rcp__node *master, rcp__node *const *replicas,
+                             size_t nreplicas)
+{
+    rcp__shard *sh = &m->shards[m->nshards++];
+    size_t j;
+    sh->master = master;
+    sh->replicas = &m->replica_store[*r];
+    for (j = 0; j < nreplicas; j++)
+        m->replica_store[(*r)++] = replicas[j];
+    sh->nreplicas = nreplicas;
+    return sh;
+}
+
+/* Build a map from a parsed table; nodes are created as needed. Slots the
+ * table leaves out but `old` (the current map, or NULL) serves keep their
+ * old owner: a table with holes is more often a node's partial view than a
+ * cluster that stopped serving slots, and a stale owner answers with a
+ * redirect or an error at worst; *kept counts them. */
+static rcp__map *build_map(struct rcp_cluster *cl, const rcp__slots_table *t, rcp__map *old,
+                           size_t *kept)
 {
     rcp__map *m = rcp__map_new();
-    size_t i, j, nrep = 0, r = 0;
-    if (!m)
-        return NULL;
-    for (i = 0; i < t->nranges; i++)
+    unsigned char *cov = rcp__calloc(RCP__SLOTS, 1);
+    size_t i, j, nrep = 0, r = 0, nruns = 0;
+    unsigned s;
+    rcp__shard *prev = NULL, *cur = NULL;
+
+    *kept = 0;
+    if (!m || !cov)
+        goto fail;
+    for (i = 0; i < t->nranges; i++) {
         nrep += t->ranges[i].nnodes - 1;
-    m->shards = rcp__calloc(t->nranges ? t->nranges : 1, sizeof(rcp__shard));
+        memset(cov + t->ranges[i].start, 1, t->ranges[i].end - t->ranges[i].start + 1);
+    }
+    for (s = 0; old && s < RCP__SLOTS; s++) {
+        rcp__shard *osh = cov[s] ? NULL : atomic_load(&old->slots[s]);
+        if (osh && osh != prev) {
+            nruns++;
+            nrep += osh->nreplicas;
+        }
+        prev = osh;
+    }
+    m->shards = rcp__calloc(t->nranges + nruns ? t->nranges + nruns : 1, sizeof(rcp__shard));
     m->replica_store = rcp__calloc(nrep ? nrep : 1, sizeof(rcp__node *));
     if (!m->shards || !m->replica_store)
         goto fail;
-    m->nshards = t->nranges;
     for (i = 0; i < t->nranges; i++) {
         const rcp__slots_range *rg = &t->ranges[i];
-        rcp__shard *sh = &m->shards[i];
-        unsigned s;
-        sh->master = node_get(cl, rg->nodes[0].host, rg->nodes[0].port, RCP__AS_MASTER);
-        if (!sh->master)
+        rcp__node *master = node_get(cl, rg->nodes[0].host, rg->nodes[0].port, RCP__AS_MASTER);
+        rcp__shard *sh;
+        if (!master)
             goto fail;
-        sh->replicas = &m->replica_store[r];
+        sh = add_shard(m, &r, master, NULL, 0);
         for (j = 1; j < rg->nnodes; j++) {
             rcp__node *n = node_get(cl, rg->nodes[j].host, rg->nodes[j].port, RCP__AS_REPLICA);
             if (!n)
@@ -359,9 +391,22 @@ static rcp__map *build_map(struct rcp_cluster *cl, const rcp__slots_table *t)
         for (s = rg->start; s <= rg->end; s++)
             atomic_store_explicit(&m->slots[s], sh, memory_order_relaxed);
     }
-    m->covered = t->covered;
+    prev = NULL;
+    for (s = 0; old && s < RCP__SLOTS; s++) {
+        rcp__shard *osh = cov[s] ? NULL : atomic_load(&old->slots[s]);
+        if (osh && osh != prev)
+            cur = add_shard(m, &r, osh->master, osh->replicas, osh->nreplicas);
+        if (osh) {
+            atomic_store_explicit(&m->slots[s], cur, memory_order_relaxed);
+            (*kept)++;
+        }
+        prev = osh;
+    }
+    m->covered = t->covered + *kept;
+    rcp__free(cov);
     return m;
 fail:
+    rcp__free(cov);
     rcp__map_free(m);
     return NULL;
 }
@@ -422,7 +467,7 @@ static int refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_
 {
     rcp__slots_table *t = NULL;
     rcp__node *cands[256];
-    size_t nc = 0, i, used = 0, nmasters, r0;
+    size_t nc = 0, i, used = 0, nmasters, r0, kept;
     rcp__map *m, *old;
     char why[300], msg[400];
     struct rcp_conn *closing[256];
@@ -465,7 +510,7 @@ static int refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_
         stat_add(&cl->st.refresh_failures, 1);
         return -1;
     }
-    m = build_map(cl, t);
+    m = build_map(cl, t, old, &kept);
     rcp__slots_free(t);
     if (!m) {
         stat_add(&cl->st.refresh_failures, 1);
@@ -511,8 +556,9 @@ static int refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_
     urcu_bp_synchronize_rcu();
     rcp__map_free(old);
 
-    snprintf(msg, sizeof msg, "slot map v%llu (%s): %zu shards, %zu slots covered",
-             (unsigned long long)m->version, reason, m->nshards, m->covered);
+    snprintf(msg, sizeof msg, "slot map v%llu (%s): %zu shards, %zu slots covered%s",
+             (unsigned long long)m->version, reason, m->nshards, m->covered,
+             kept ? " (some kept from the previous map: the answer left them out)" : "");
     emit(cl, RCP_EVENT_MAP_UPDATED, RCP_OK, msg);
 
     for (i = 0; i < nclosing; i++) {
@@ -608,7 +654,15 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&cl->wmu);
         if (do_refresh) {
             stat_add(forced ? &cl->st.forced : &cl->st.periodic, 1);
-            refresh(cl, forced ? "forced" : "periodic", NULL, 0);
+            {
+                char errs[1500] = "";
+                if (refresh(cl, forced ? "forced" : "periodic", errs, sizeof errs) < 0) {
+                    char msg[1600];
+                    snprintf(msg, sizeof msg, "slot map refresh failed, the old map stays: %s",
+                             errs[0] ? errs : "out of memory building the map");
+                    emit(cl, RCP_EVENT_REFRESH_FAILED, RCP_ERR_CLUSTER_DOWN, msg);
+                }
+            }
             if (!forced)
                 measure_rtt(cl);
         }
@@ -1059,20 +1113,25 @@ static void submit(cfut *cf)
                 schedule(cf, delay);
                 return;
             }
-            finish_error(cf, RCP_ERR_NOT_SENT, "no connection to the slot's node");
+            snprintf(msg, sizeof msg, "%.150s: no connection to the slot's node",
+                     node ? node->addr : "?");
+            finish_error(cf, RCP_ERR_NOT_SENT, msg);
             return;
         }
         cf->inner.timeout_ms = remaining_ms(&cf->rq);
         cf->inner.data = node;
         rv = rcp__conn_send_raw(conn, &cf->inner, cf->rq.buf, cf->rq.len, cf->rq.asking);
-        unpin(conn);
-        if (rv == RCP_OK)
+        if (rv == RCP_OK) {
+            unpin(conn);
             return;
+        }
         {
             rcp_reply r;
-            char msg[300];
+            char msg[300], why[1000], last[600];
             uint64_t delay = 0;
             int act;
+            rcp__conn_last_error(conn, last, sizeof last);
+            unpin(conn);
             rcp__reply_error_init(&r, rv, rcp_strerror(rv));
             act = decide(cl, &cf->rq, node, &r, &delay, &code, msg, sizeof msg);
             if (act == ACT_LATER) {
@@ -1080,7 +1139,9 @@ static void submit(cfut *cf)
                 return;
             }
             if (act != ACT_RESEND) {
-                finish_error(cf, rv, rcp_strerror(rv));
+                snprintf(why, sizeof why, "%s (after %d retries; last failure of %s)",
+                         rcp_strerror(rv), cf->rq.retries, last);
+                finish_error(cf, rv, why);
                 return;
             }
         }
@@ -1598,7 +1659,7 @@ static void cluster_free(struct rcp_cluster *cl)
         rcp__free(n->host);
         rcp__free(n);
     }
-    for (i = 0; i < cl->nloops; i++)
+    for (i = 0; cl->loops && i < cl->nloops; i++)
         if (cl->loops[i])
             rcp__loop_free(cl->loops[i]);
     rcp__free(cl->loops);

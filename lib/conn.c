@@ -231,6 +231,7 @@ static void conn_fail(struct rcp_conn *c, int code, const char *cause)
     pthread_mutex_lock(&c->mu);
     was_state = c->state;
     closing = c->closing;
+    snprintf(c->last_err, sizeof c->last_err, "%s: %s", c->addr, cause);
     for (i = c->head; i < c->tail; i++) {
         rcp__slot *s = &c->ring[i & c->mask];
         if (s->f) {
@@ -577,6 +578,34 @@ static void arm(struct rcp_conn *c)
         c->armed = 1;
 }
 
+/* Loop thread, before the first write after a lone caller had the socket
+ * (the loop was not listening for data meanwhile). With nothing in flight,
+ * any byte already waiting answers no request: the connection cannot be
+ * trusted (our batch, not written yet, fails with RCP_ERR_NOT_SENT). A
+ * closed socket is found the same way. Returns 0 if the connection was
+ * failed. */
+static int stray_check(struct rcp_conn *c)
+{
+    char b;
+    ssize_t pk;
+    int idle;
+    pthread_mutex_lock(&c->mu);
+    idle = c->head == c->wr;
+    pthread_mutex_unlock(&c->mu);
+    if (!idle || c->fd < 0)
+        return 1;
+    pk = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (pk > 0) {
+        conn_fail(c, RCP_ERR_PROTOCOL, "protocol error: a reply arrived with no request waiting for it");
+        return 0;
+    }
+    if (pk == 0) {
+        conn_fail(c, RCP_ERR_IO, "connection closed by the server");
+        return 0;
+    }
+    return 1;
+}
+
 /* Loop thread. Write what can be written. Returns 0 if the connection
  * failed (already handled). */
 static int do_write(struct rcp_conn *c)
@@ -613,6 +642,8 @@ static int do_write(struct rcp_conn *c)
         pthread_mutex_unlock(&c->mu);
         if (c->wlen == c->woff)
             return 1;
+        if (!c->armed && !stray_check(c))
+            return 0;
         arm(c);
         while (c->woff < c->wlen) {
             ssize_t w = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -1854,6 +1885,16 @@ rcp_reply *rcp_conn_command(rcp_conn *c, const char *fmt, ...)
     r = rcp_conn_commandv(c, fmt, ap);
     va_end(ap);
     return r;
+}
+
+void rcp__conn_last_error(struct rcp_conn *c, char *buf, size_t len)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->last_err[0])
+        snprintf(buf, len, "%s", c->last_err);
+    else
+        snprintf(buf, len, "%s: no failure recorded", c->addr);
+    pthread_mutex_unlock(&c->mu);
 }
 
 int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *o)

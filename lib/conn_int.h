@@ -77,6 +77,7 @@ struct rcp_conn {
     int closed;           /* the loop finished failing everything */
     int open_result;      /* -1 while the first connect is pending */
     char open_msg[600];
+    char last_err[600];   /* "addr: cause" of the last failure, "" if none */
     int ever_connected;
     unsigned attempts;    /* connect attempts started */
     uint64_t hs_end;      /* ring counter ending the handshake slots */
@@ -139,6 +140,9 @@ int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
 rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,
                                  int timeout_ms);
 int rcp__conn_healthy(struct rcp_conn *c);        /* connected and ready */
+/* "addr: why" of the connection's last failure (a refused connect, a lost
+ * connection), or "addr: no failure recorded". */
+void rcp__conn_last_error(struct rcp_conn *c, char *buf, size_t len);
 uint64_t rcp__conn_outstanding(struct rcp_conn *c); /* requests queued or in flight */
 
 #endif

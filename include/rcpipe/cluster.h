@@ -33,7 +33,9 @@ typedef enum rcp_read_policy {
 /* Cluster events (rcp_event.type), in addition to conn.h's node events,
  * which are reported with the node's host and port. */
 enum {
-    RCP_EVENT_MAP_UPDATED = 16 /* a new slot map was published; message says why */
+    RCP_EVENT_MAP_UPDATED = 16,   /* a new slot map was published; message says why */
+    RCP_EVENT_REFRESH_FAILED = 17 /* no node gave a valid slot table; message names each
+                                   * node asked and why; the old map stays */
 };
 
 typedef struct rcp_cluster_options {

@@ -14,6 +14,7 @@
 #ifndef RCP_SIM_H
 #define RCP_SIM_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,6 +88,41 @@ int sim_scale(int base);
  * build, a long periodic refresh (the tests trigger refreshes themselves).
  * node is filled and linked from o. */
 void sim_cluster_options(rcp_cluster_options *o, rcp_conn_options *node, const char *seeds);
+
+/* A future for async tests: resolve records the reply (type, err, text
+ * and the kept reply) and the time; wait bounds the wait. */
+typedef struct sim_fut {
+    rcp_future f;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int calls;        /* resolve calls: must end at exactly 1 */
+    int type, err;
+    long long integer;
+    char str[512];    /* str of a string/status/error reply, NUL-terminated */
+    size_t len;
+    uint64_t t_ns;
+} sim_fut;
+
+void sim_fut_init(sim_fut *sf, int timeout_ms);
+/* 0 once resolved, -1 if timeout_ms passed first. */
+int sim_fut_wait(sim_fut *sf, int timeout_ms);
+void sim_fut_destroy(sim_fut *sf);
+
+/* "127.0.0.1:PORT" of a node, in buf. */
+const char *sim_addr(const sim_node *n, char *buf, size_t len);
+
+/* Check-based helpers (they fail the running test on error). */
+struct TCase;
+/* rcp_cluster_open, asserting success (the error text in the failure). */
+rcp_cluster *sim_open(const rcp_cluster_options *o);
+/* Asserts that every step loaded into n so far ran within timeout_ms. */
+void sim_assert_done(sim_node *n, int timeout_ms);
+/* Polls the cluster's stats until the counter at byte offset `off` of
+ * rcp_cluster_stats (offsetof) reaches want, or timeout_ms; returns it. */
+uint64_t sim_wait_stat(rcp_cluster *cl, size_t off, uint64_t want, int timeout_ms);
+/* Runs one test case as suite `name` (timeout scaled for the build) and
+ * returns main's exit status. */
+int sim_run(const char *name, struct TCase *tc);
 
 /* "on" rules every node of a test usually wants: PING, READONLY and
  * ASKING answered (logged all the same). */
