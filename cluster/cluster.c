@@ -1397,6 +1397,7 @@ static int format_req(struct rcp_cluster *cl, const char *fmt, va_list ap, req *
         rv = RCP_ERR_TOO_LARGE;
     if (rv != RCP_OK) {
         rcp__free(cmd->buf);
+        cmd->buf = NULL; /* the caller must not look at cmd any more */
         return rv;
     }
     rq->buf = cmd->buf;
@@ -1416,13 +1417,14 @@ int rcp_cluster_sendv(rcp_cluster *cl, rcp_future *f, const char *fmt, va_list a
         return RCP_ERR_CLOSED;
     memset(&rq, 0, sizeof rq);
     rq.policy = -1;
+    cmd.buf = NULL;
     rv = format_req(cl, fmt, ap, &rq, &why, &cmd);
-    if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(cmd.argc, cmd.argv, cmd.argvlen)) {
+    if (rv == RCP_ERR_CROSS_SLOT && cmd.buf && rcp__multi_kind(cmd.argc, cmd.argv, cmd.argvlen)) {
         rv = rcp__multi_send(cl, f, -1, cmd.argc, cmd.argv, cmd.argvlen);
         rcp__free(cmd.buf);
         return rv;
     }
-    if (rv == RCP_ERR_BLOCKING_COMMAND) {
+    if (rv == RCP_ERR_BLOCKING_COMMAND && cmd.buf) {
         rv = rcp__blocking_send(cl, f, cmd.argc, cmd.argv, cmd.argvlen);
         rcp__free(cmd.buf);
         return rv;
@@ -1569,14 +1571,15 @@ rcp_reply *rcp_cluster_commandv(rcp_cluster *cl, const char *fmt, va_list ap)
     memset(&rq, 0, sizeof rq);
     rq.policy = -1;
     atomic_fetch_add(&cl->active_calls, 1);
+    cmd.buf = NULL;
     rv = format_req(cl, fmt, ap, &rq, &why, &cmd);
-    if (rv == RCP_ERR_CROSS_SLOT && rcp__multi_kind(cmd.argc, cmd.argv, cmd.argvlen)) {
+    if (rv == RCP_ERR_CROSS_SLOT && cmd.buf && rcp__multi_kind(cmd.argc, cmd.argv, cmd.argvlen)) {
         r = rcp__multi_command(cl, -1, cmd.argc, cmd.argv, cmd.argvlen);
         rcp__free(cmd.buf);
         atomic_fetch_sub(&cl->active_calls, 1);
         return r;
     }
-    if (rv == RCP_ERR_BLOCKING_COMMAND) {
+    if (rv == RCP_ERR_BLOCKING_COMMAND && cmd.buf) {
         r = rcp__blocking_command(cl, cmd.argc, cmd.argv, cmd.argvlen);
         rcp__free(cmd.buf);
         atomic_fetch_sub(&cl->active_calls, 1);

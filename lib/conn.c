@@ -179,6 +179,19 @@ static void arm_io_timer(struct rcp_conn *c)
         set_timer(c, c->last_read_ns + ms_to_ns(c->opt.io_timeout_ms));
 }
 
+/* Why the reply reader failed: out of memory (RCP_ERR_OOM) or bytes that
+ * are not RESP (RCP_ERR_PROTOCOL); cause gets the text. Either way the
+ * connection is closed: the reader's state is lost. */
+static int reader_failure(struct rcp_conn *c, char *cause, size_t len)
+{
+    if (c->reader->err == REDIS_ERR_OOM) {
+        snprintf(cause, len, "out of memory reading a reply");
+        return RCP_ERR_OOM;
+    }
+    snprintf(cause, len, "protocol error: %s", c->reader->errstr);
+    return RCP_ERR_PROTOCOL;
+}
+
 static void ring_loop(struct rcp_conn *c)
 {
     if (rcp__loop_notify(c->loop, c))
@@ -222,8 +235,8 @@ static void conn_fail(struct rcp_conn *c, int code, const char *cause)
     int written_code = code == RCP_ERR_CLOSED ? RCP_ERR_CLOSED : RCP_ERR_IO;
     int unsent_code = code == RCP_ERR_CLOSED ? RCP_ERR_CLOSED : RCP_ERR_NOT_SENT;
 
-    if (code == RCP_ERR_PROTOCOL)
-        written_code = RCP_ERR_PROTOCOL;
+    if (code == RCP_ERR_PROTOCOL || code == RCP_ERR_OOM)
+        written_code = code;
     snprintf(written_msg, sizeof written_msg, "%s: %s (the request was written; it may have been applied)",
              c->addr, cause);
     snprintf(unsent_msg, sizeof unsent_msg, "%s: %s (the request was not sent)", c->addr, cause);
@@ -788,8 +801,7 @@ protocol : {
     char cause[200];
     if (n && !dispatch(c, replies, n))
         goto extra;
-    snprintf(cause, sizeof cause, "protocol error: %s", c->reader->errstr);
-    conn_fail(c, RCP_ERR_PROTOCOL, cause);
+    conn_fail(c, reader_failure(c, cause, sizeof cause), cause);
     return 0;
 }
 extra:
@@ -1574,8 +1586,7 @@ static rcp_reply *fast_io(struct rcp_conn *c, uint64_t idx, const char *buf,
     for (;;) {
         ssize_t r;
         if (redisReaderGetReply(c->reader, &rep) != REDIS_OK) {
-            snprintf(cause, sizeof cause, "protocol error: %s", c->reader->errstr);
-            code = RCP_ERR_PROTOCOL;
+            code = reader_failure(c, cause, sizeof cause);
             pthread_mutex_lock(&c->mu);
             goto handoff_fail;
         }
@@ -1589,8 +1600,7 @@ static rcp_reply *fast_io(struct rcp_conn *c, uint64_t idx, const char *buf,
             stat_add(&c->st.read_calls, 1);
             stat_add(&c->st.bytes_in, (uint64_t)r);
             if (redisReaderFeed(c->reader, c->rbuf, (size_t)r) != REDIS_OK) {
-                snprintf(cause, sizeof cause, "protocol error: %s", c->reader->errstr);
-                code = RCP_ERR_PROTOCOL;
+                code = reader_failure(c, cause, sizeof cause);
                 pthread_mutex_lock(&c->mu);
                 goto handoff_fail;
             }

@@ -153,8 +153,7 @@ rcp_reply *rcp_reply_keep(rcp_reply *r)
 
 void rcp__reply_rekeep(rcp_reply *r)
 {
-    if (r && !(r->rcp__flags & (RCP__REPLY_STACK | RCP__REPLY_STATIC)))
-        kept_reply = r;
+    kept_reply = r; /* no dereference: r may be freed by now, by whoever got it */
 }
 
 int rcp_reply_is_error(const rcp_reply *r)
@@ -186,13 +185,15 @@ rcp_reply *rcp__reply_array_new(size_t n)
     rcp_reply *r;
     if (n > ((size_t)-1 - sizeof(*r)) / sizeof(rcp_reply *))
         return NULL;
-    r = alloc_node(RCP_REPLY_ARRAY, n * sizeof(rcp_reply *));
+    /* calloc, not malloc + memset: a header announcing billions of
+     * elements must not make us touch that much memory before a single
+     * element has arrived (the pages stay untouched until filled). */
+    r = rcp__calloc(1, sizeof(*r) + n * sizeof(rcp_reply *));
     if (!r)
         return NULL;
+    r->type = RCP_REPLY_ARRAY;
     r->elements = n;
     r->element = n ? (rcp_reply **)(r + 1) : NULL;
-    if (n)
-        memset(r->element, 0, n * sizeof(rcp_reply *));
     return r;
 }
 

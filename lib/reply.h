@@ -33,7 +33,9 @@ void rcp__reply_release(rcp_reply *r);
 
 /* A callback that kept its reply and then ran another callback (whose
  * keep/release cleared the mark): marks the reply kept again, so its own
- * caller does not free it. Stack and static replies are ignored. */
+ * caller does not free it. Only for a reply rcp_reply_keep returned as
+ * itself (a heap reply); r is not dereferenced (it may be freed already
+ * by whoever received it meanwhile). */
 void rcp__reply_rekeep(rcp_reply *r);
 
 /* Creates a reader using rcp__reply_functions; NULL on OOM. */

@@ -228,8 +228,15 @@ START_TEST(written_get_io_unwritten_get_not_sent)
     /* After the reconnect, requests work again. */
     {
         int i;
+        struct timespec t0, t1;
         r = NULL;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         for (i = 0; i < 200; i++) {
+            /* Bounded in time too: if the script went off track (an
+             * allocation-failure rerun), fail instead of 200 timeouts. */
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if (t1.tv_sec - t0.tv_sec > 5)
+                break;
             r = rcp_conn_command_argv(c, 1, ping, NULL);
             if (r->type == RCP_REPLY_STATUS)
                 break;
