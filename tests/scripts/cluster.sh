@@ -36,6 +36,11 @@
 #   cluster.sh pause DIR PORT      SIGSTOP that node (it keeps its sockets but
 #                                  answers nothing, not even the cluster bus)
 #   cluster.sh resume DIR PORT     SIGCONT it again
+#   cluster.sh fix DIR             a master that does not count as its own a
+#                                  slot the other nodes give it (seen after a
+#                                  failover right after a reshard) gets it
+#                                  back with CLUSTER ADDSLOTS; then
+#                                  redis-cli --cluster fix; then wait-ok
 #   cluster.sh failover DIR PORT [force|takeover]
 #                                  CLUSTER FAILOVER on that replica (a manual
 #                                  failover: the replica waits until it has
@@ -691,6 +696,46 @@ cmd_del_node() {
     wait_ok 30 || die "cluster not ok after del-node"
 }
 
+# The slots a CLUSTER NODES line gives node id (myself if id is empty),
+# one per line, sorted.
+slots_in_view() {
+    awk -v id="$1" '(id == "" && $3 ~ /myself/) || (id != "" && $1 == id) {
+        for (i = 9; i <= NF; i++) {
+            if ($i ~ /^\[/) continue
+            k = split($i, r, "-")
+            if (k == 1) r[2] = r[1]
+            for (s = r[1]; s <= r[2]; s++) print s
+        }
+    }' | sort -n
+}
+
+adopt_orphan_slots() {
+    local -a ports pids
+    local i=0 p q id own theirs missing
+    read -r -a ports <<<"$PORTS"
+    read -r -a pids <<<"$PIDS"
+    for p in "${ports[@]}"; do
+        i=$((i + 1))
+        alive "${pids[$((i - 1))]}" && [ -z "$(in_removed "$p")" ] || continue
+        id=$(cli "$p" cluster myid 2>/dev/null | tr -d '\r' || true)
+        [ ${#id} = 40 ] || continue
+        for q in "${ports[@]}"; do
+            [ "$q" != "$p" ] || continue
+            alive "$(pid_of "$q")" && [ -z "$(in_removed "$q")" ] || continue
+            theirs=$(cli "$q" cluster nodes 2>/dev/null | slots_in_view "$id" || true)
+            [ -n "$theirs" ] && break
+        done
+        [ -n "${theirs:-}" ] || continue
+        own=$(cli "$p" cluster nodes 2>/dev/null | slots_in_view "" || true)
+        missing=$(comm -23 <(echo "$theirs" | sort) <(echo "$own" | sort) | sort -n | tr '\n' ' ')
+        if [ -n "${missing// /}" ]; then
+            echo "cluster.sh: node $p does not serve slots the others give it: $missing" >&2
+            # shellcheck disable=SC2086
+            cli "$p" cluster addslots $missing >&2 || true
+        fi
+    done
+}
+
 # SIGSTOP / SIGCONT one node we own (after the same pid check as kill).
 signal_node() {
     local sig=$1 port=$2 pid
@@ -766,12 +811,18 @@ resume)
     signal_node CONT "${2:?port}"
     ;;
 failover) cmd_failover "$@" ;;
+fix)
+    load_env "${1:?cluster directory}"
+    adopt_orphan_slots
+    wait_ok 10 2>/dev/null || fix_cluster
+    wait_ok 30
+    ;;
 myid)
     load_env "${1:?cluster directory}"
     node_id "${2:?port}"
     ;;
 *)
-    sed -n '2,50p' "$0" >&2
+    sed -n '2,55p' "$0" >&2
     exit 2
     ;;
 esac
