@@ -3,7 +3,7 @@
 set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config gcc libc6-dev libhiredis-dev liburcu-dev check
-      redis-server redis-tools python3 libasan8 libubsan1 libtsan2)
+      redis-server redis-tools python3 libasan8 libubsan1 libtsan2 valgrind)
 # Fuzzing (tests/fuzz, -Dfuzz=true): clang and its runtime libraries
 # (libFuzzer, ASan, UBSan), which clang only recommends.
 pkgs+=(clang libclang-rt-14-dev)

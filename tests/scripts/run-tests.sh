@@ -3,8 +3,15 @@
 # redis-server processes (each test starts its own on free ports), in a
 # plain build with warnings as errors, then under ASan+UBSan and TSan.
 #
-# RCP_SKIP_SANITIZERS=1 runs only the plain build (for a quick local run;
-# CI never sets it).
+# Then the hardening layers (docs/testing.md): the unit suite under
+# valgrind memcheck, each fuzz target for RCP_FUZZ_SECONDS (default 60),
+# the allocation-failure reruns of the unit and sim suites (bounded:
+# ALLOCFAIL_BUDGET seconds per test program), and the chaos soak for
+# RCP_CHAOS_SECONDS (default 120). Each counts as one test in the closing
+# line.
+#
+# RCP_SKIP_SANITIZERS=1 runs only the plain build and its tests (for a quick
+# local run; CI never sets it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -45,12 +52,38 @@ print(f"tests: {ok} passed, {bad} failed")
 PY
 }
 logs=(build-ci/meson-logs/testlog.json build-asan/meson-logs/testlog-asan.json
-      build-tsan/meson-logs/testlog-tsan.json)
+      build-tsan/meson-logs/testlog-tsan.json build-ci/meson-logs/testlog-valgrind.json
+      build-ci/meson-logs/hardening.json)
 rm -f "${logs[@]}"
 trap 'summary "${logs[@]}"' EXIT
+
+# A hardening step: run it, record OK/FAIL in the same JSON-lines form as
+# meson's logs, and stop at the first failure like meson test does.
+step() {
+    local name=$1 rc=0 t0=$SECONDS
+    shift
+    echo "== $name: $*"
+    "$@" || rc=$?
+    echo "== $name: exit $rc after $((SECONDS - t0)) s"
+    if [ $rc -eq 0 ]; then
+        echo "{\"name\": \"$name\", \"result\": \"OK\"}" >>build-ci/meson-logs/hardening.json
+    else
+        echo "{\"name\": \"$name\", \"result\": \"FAIL\"}" >>build-ci/meson-logs/hardening.json
+        exit $rc
+    fi
+}
 
 run build-ci "" -Dwerror=true
 if [ "${RCP_SKIP_SANITIZERS:-0}" != 1 ]; then
     run build-asan asan -Db_sanitize=address,undefined -Db_lundef=false
     run build-tsan tsan -Db_sanitize=thread -Db_lundef=false
+    mkdir -p build-ci/meson-logs
+    step valgrind-unit meson test -C build-ci --suite unit --suite fuzz-replay --print-errorlogs \
+        --logbase testlog-valgrind \
+        --wrap='valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite -q' \
+        --timeout-multiplier 4
+    step fuzz tests/fuzz/run-fuzz.sh "${RCP_FUZZ_SECONDS:-60}" build-fuzz
+    step allocfail env ALLOCFAIL_BUDGET="${ALLOCFAIL_BUDGET:-15}" ALLOCFAIL_TIMEOUT=30 \
+        tests/allocfail/run-allocfail.sh build-asan
+    step chaos tests/chaos/run-chaos.sh "${RCP_CHAOS_SECONDS:-120}" build-ci
 fi
