@@ -45,6 +45,7 @@ typedef struct req {
     uint64_t deadline;  /* ns, 0: none */
     int redirects, retries;
     rcp__node *target;  /* next attempt goes here (MOVED/ASK), else routed */
+    rcp__node *last;    /* where the last attempt went, for error messages */
     int asking;
 } req;
 
@@ -131,7 +132,7 @@ void rcp_cluster_options_init(rcp_cluster_options *o)
     o->read_policy = RCP_READ_MASTER_ONLY;
     o->refresh_interval_ms = 5000;
     o->max_redirects = 5;
-    o->max_retries = 5;
+    o->max_retries = 12;
     o->min_refresh_gap_ms = 100;
     o->replica_pick_ms = 50;
     o->blocking_pool = 4;
@@ -672,8 +673,18 @@ static void *worker_main(void *arg)
             cf->next = NULL;
             if (atomic_load(&cl->closing))
                 finish_error(cf, RCP_ERR_CLOSED, "cluster handle closed before a retry");
-            else if (cf->rq.deadline && rcp__now_ns() >= cf->rq.deadline)
-                finish_error(cf, RCP_ERR_TIMEOUT, "request timed out while waiting to be retried");
+            else if (cf->rq.deadline && rcp__now_ns() >= cf->rq.deadline) {
+                char msg[800], last[600] = "";
+                struct rcp_conn *lc = cf->rq.last ? pin_any(cf->rq.last) : NULL;
+                if (lc) {
+                    rcp__conn_last_error(lc, last, sizeof last);
+                    unpin(lc);
+                }
+                snprintf(msg, sizeof msg,
+                         "request timed out while waiting to be retried (after %d retries%s%s)",
+                         cf->rq.retries, last[0] ? "; last failure of " : "", last);
+                finish_error(cf, RCP_ERR_TIMEOUT, msg);
+            }
             else
                 submit(cf);
         }
@@ -841,6 +852,8 @@ static int decide(struct rcp_cluster *cl, req *rq, rcp__node *asked, const rcp_r
 
     rq->asking = 0;
     rq->target = NULL;
+    if (asked)
+        rq->last = asked;
     backoff = 10000000ull << (rq->retries < 6 ? rq->retries : 6); /* 10 ms .. 640 ms */
     if (r->type != RCP_REPLY_ERROR)
         return ACT_DONE;

@@ -43,7 +43,9 @@ typedef struct rcp_cluster_options {
     int read_policy;            /* rcp_read_policy for read-only commands; default MASTER_ONLY */
     int refresh_interval_ms;    /* periodic slot-map refresh; default 5000 (jittered +-10%) */
     int max_redirects;          /* MOVED/ASK followed per request; default 5 */
-    int max_retries;            /* TRYAGAIN/CLUSTERDOWN/LOADING/MASTERDOWN/IO retries; default 5 */
+    int max_retries;            /* TRYAGAIN/CLUSTERDOWN/LOADING/MASTERDOWN/not-sent/IO retries;
+                                 * default 12 (~4.5 s of backoff: a failover), always within
+                                 * the request's deadline */
     int min_refresh_gap_ms;     /* forced refreshes at most one per this; default 100 */
     int replica_pick_ms;        /* how long a caller sticks to one replica; default 50 */
     int blocking_pool;          /* dedicated connections per node for blocking commands
