@@ -280,8 +280,10 @@ static void on_breply(rcp_future *f, rcp_reply *r)
     u->resolve(u, r);
 }
 
-int rcp__blocking_send(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
-                       const size_t *argvlen)
+/* may_wait: a sync caller may wait for a pool connection; the async API
+ * never blocks its caller (RCP_ERR_QUEUE_FULL when the pool is busy). */
+static int blocking_start(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
+                          const size_t *argvlen, int may_wait)
 {
     const rcp__cmd *cmd = rcp__cmd_lookup(argc, argv, argvlen);
     char host[256];
@@ -342,8 +344,14 @@ int rcp__blocking_send(rcp_cluster *cl, rcp_future *f, int argc, const char **ar
     b->f.data = b;
     b->user = f;
     b->cl = cl;
-    bsubmit(b, !rcp__loop_on_thread());
+    bsubmit(b, may_wait && !rcp__loop_on_thread());
     return RCP_OK;
+}
+
+int rcp__blocking_send(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
+                       const size_t *argvlen)
+{
+    return blocking_start(cl, f, argc, argv, argvlen, 0);
 }
 
 rcp_reply *rcp__blocking_command(rcp_cluster *cl, int argc, const char **argv,
@@ -352,6 +360,6 @@ rcp_reply *rcp__blocking_command(rcp_cluster *cl, int argc, const char **argv,
     rcp__waiter w;
     int rv;
     rcp__waiter_init(&w);
-    rv = rcp__blocking_send(cl, &w.f, argc, argv, argvlen);
+    rv = blocking_start(cl, &w.f, argc, argv, argvlen, 1);
     return rcp__waiter_wait(&w, rv, "blocking command refused");
 }
