@@ -4,7 +4,8 @@
  * later runs do not; after SCRIPT FLUSH on every master, and after a
  * manual failover to a replica that never cached the script, runs still
  * succeed by falling back once. The SHA1 is the server's. A read-only
- * script (EVALSHA_RO) reads under PREFER_REPLICA and may not write; a
+ * script (EVALSHA_RO) reads from the replica under PREFER_REPLICA and may
+ * not write; a
  * keyless script runs on some master; keys in two slots are refused.
  * FCALL / FCALL_RO are routed by their first key. */
 #include <check.h>
@@ -138,10 +139,33 @@ START_TEST(test_readonly_keyless_crossslot)
     ck_assert_msg(rcpc_is_status(r, "OK"), "SET script: %s", rcpc_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0, "replicas not in sync");
-    r = run1(sg, RCP_SCRIPT_READONLY, "sc:ro", NULL);
-    ck_assert_msg(rcpc_is_string(r, "hello"), "read-only GET script: %s",
-                  rcpc_describe(r, d, sizeof d));
-    rcp_reply_free(r);
+    {
+        /* 20 read-only runs under PREFER_REPLICA land on the key's replica
+         * (its request counter; a refresh may add one CLUSTER SLOTS). */
+        rcpc_topo t;
+        rcp_cluster_node_info before, after;
+        int owner, k, rep = 0, i;
+        ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
+        owner = rcpc_slot_owner(&t, rcp_keyslot("sc:ro", 5));
+        ck_assert_int_ge(owner, 0);
+        for (k = 0; k < t.n; k++)
+            if (!t.node[k].is_master && t.node[k].master_port == t.node[owner].port)
+                rep = t.node[k].port;
+        ck_assert_int_ne(rep, 0);
+        r = run1(sg, RCP_SCRIPT_READONLY, "sc:ro", NULL); /* loads it there */
+        rcp_reply_free(r);
+        ck_assert_int_eq(rcpc_node_info(h, rep, &before), 1);
+        for (i = 0; i < 20; i++) {
+            r = run1(sg, RCP_SCRIPT_READONLY, "sc:ro", NULL);
+            ck_assert_msg(rcpc_is_string(r, "hello"), "read-only GET script: %s",
+                          rcpc_describe(r, d, sizeof d));
+            rcp_reply_free(r);
+        }
+        ck_assert_int_eq(rcpc_node_info(h, rep, &after), 1);
+        ck_assert_msg(after.conn.requests - before.conn.requests >= 20,
+                      "replica %d got %llu of 20 read-only script runs", rep,
+                      (unsigned long long)(after.conn.requests - before.conn.requests));
+    }
     r = run1(ss, RCP_SCRIPT_READONLY, "sc:ro", "x");
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER,
                   "a read-only script wrote: %s", rcpc_describe(r, d, sizeof d));
