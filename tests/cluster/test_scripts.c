@@ -5,8 +5,8 @@
  * manual failover to a replica that never cached the script, runs still
  * succeed by falling back once. The SHA1 is the server's. A read-only
  * script (EVALSHA_RO) reads from the replica under PREFER_REPLICA and may
- * not write; a
- * keyless script runs on some master; keys in two slots are refused.
+ * not write; a keyless script runs on some master; keys in two slots are
+ * refused.
  * FCALL / FCALL_RO are routed by their first key. */
 #include <check.h>
 #include <stdio.h>
