@@ -1469,6 +1469,36 @@ static rcp_reply *error_reply(int code, const char *why)
     return rcp__reply_error_new(code, msg);
 }
 
+/* A sync caller bound for a master: its own I/O on the first connection if
+ * that is idle; else, if that one is busy with a single lone caller, on the
+ * spare one if it is idle (made on first need); else NULL (the caller
+ * queues on the first connection, where the loop batches it with the
+ * others). */
+static rcp_reply *try_spare(struct rcp_cluster *cl, rcp__node *node, struct rcp_conn *conn,
+                            const req *rq)
+{
+    struct rcp_conn *spare;
+    rcp_reply *r = rcp__conn_command_fast_only(conn, rq->buf, rq->len, remaining_ms(rq));
+    if (r)
+        return r;
+    /* Only a second lone caller goes to the spare: when the loop is
+     * driving batches here, joining the batch is cheaper for everyone. */
+    if (!rcp__conn_lone_busy(conn))
+        return NULL;
+    spare = rcp__cluster_pin(node, RCP__AS_SPARE);
+    if (!spare) {
+        pthread_mutex_lock(&cl->reg_mu);
+        if (!atomic_load(&node->conn[RCP__AS_SPARE]) && !atomic_load(&cl->closing) &&
+            atomic_load(&node->in_map))
+            node_connect(cl, node, RCP__AS_SPARE); /* used from the next request on */
+        pthread_mutex_unlock(&cl->reg_mu);
+        return NULL;
+    }
+    r = rcp__conn_command_fast_only(spare, rq->buf, rq->len, remaining_ms(rq));
+    unpin(spare);
+    return r;
+}
+
 static rcp_reply *run_sync(struct rcp_cluster *cl, req *rq)
 {
     rcp_reply *r = NULL;
@@ -1494,7 +1524,11 @@ static rcp_reply *run_sync(struct rcp_cluster *cl, req *rq)
             }
             r = rcp__reply_error_new(code, "no connection to the slot's node");
         } else {
-            r = rcp__conn_command_raw(conn, rq->buf, rq->len, rq->asking, remaining_ms(rq));
+            r = NULL;
+            if (!rq->asking && node && conn == atomic_load(&node->conn[RCP__AS_MASTER]))
+                r = try_spare(cl, node, conn, rq);
+            if (!r)
+                r = rcp__conn_command_raw(conn, rq->buf, rq->len, rq->asking, remaining_ms(rq));
             unpin(conn);
         }
         act = decide(cl, rq, node, r, &delay, &code, msg, sizeof msg);

@@ -20,7 +20,16 @@
  * demoted to replica while a READONLY connection is open to it would serve
  * master-only reads from its own copy (stale, or empty during its full
  * sync) instead of answering MOVED. */
-enum { RCP__AS_MASTER = 0, RCP__AS_REPLICA = 1, RCP__ROLES = 2 };
+enum {
+    RCP__AS_MASTER = 0,
+    RCP__AS_REPLICA = 1,
+    RCP__AS_SPARE = 2, /* a master's second plain connection: a sync caller that finds
+                        * the first one busy does its own I/O here if this one is
+                        * idle, instead of waiting for the I/O loop (fewer thread
+                        * hand-offs at low concurrency; batching is unchanged when
+                        * both are busy) */
+    RCP__ROLES = 3
+};
 
 /* A node of the cluster, by address. Nodes live until the handle closes
  * (a few hundred bytes each); their connections are made when a map (or a

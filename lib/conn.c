@@ -1755,8 +1755,10 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
     return r;
 }
 
+/* fast_only: return NULL (nothing sent) instead of queueing when the
+ * lone-caller path is not available. */
 static rcp_reply *command(rcp_conn *c, int argc, const char **argv, const size_t *argvlen,
-                          const char *raw, size_t len, int asking, int timeout_ms)
+                          const char *raw, size_t len, int asking, int timeout_ms, int fast_only)
 {
     sync_future s;
     rcp_reply *r;
@@ -1771,6 +1773,8 @@ static rcp_reply *command(rcp_conn *c, int argc, const char **argv, const size_t
         if (r)
             return r;
     }
+    if (!handed && fast_only)
+        return NULL;
     if (!handed) {
         rv = enqueue(c, &s.f, argc, argv, argvlen, raw, len, asking);
         if (rv != RCP_OK)
@@ -1823,7 +1827,28 @@ rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len
         return error_reply(RCP_ERR_INVALID,
                            "sync call from an I/O thread (a callback) would deadlock", NULL);
     call_enter(c);
-    r = command(c, 0, NULL, NULL, raw, len, asking, timeout_ms);
+    r = command(c, 0, NULL, NULL, raw, len, asking, timeout_ms, 0);
+    call_leave(c);
+    return r;
+}
+
+int rcp__conn_lone_busy(struct rcp_conn *c)
+{
+    int busy;
+    pthread_mutex_lock(&c->mu);
+    busy = c->fast_active && c->tail == c->head + 1;
+    pthread_mutex_unlock(&c->mu);
+    return busy;
+}
+
+rcp_reply *rcp__conn_command_fast_only(struct rcp_conn *c, const char *raw, size_t len,
+                                       int timeout_ms)
+{
+    rcp_reply *r;
+    if (rcp__loop_on_thread())
+        return NULL;
+    call_enter(c);
+    r = command(c, 0, NULL, NULL, raw, len, 0, timeout_ms, 1);
     call_leave(c);
     return r;
 }
@@ -1858,7 +1883,7 @@ rcp_reply *rcp_conn_command_argv(rcp_conn *c, int argc, const char **argv, const
     if (rv != RCP_OK)
         r = error_reply(rv, why, "request refused");
     else
-        r = command(c, argc, argv, argvlen, NULL, len, 0, 0);
+        r = command(c, argc, argv, argvlen, NULL, len, 0, 0, 0);
     call_leave(c);
     return r;
 }
@@ -1880,7 +1905,7 @@ rcp_reply *rcp_conn_commandv(rcp_conn *c, const char *fmt, va_list ap)
     if (rv != RCP_OK) {
         r = error_reply(rv, why, "request refused");
     } else {
-        r = command(c, 0, NULL, NULL, buf, len, 0, 0);
+        r = command(c, 0, NULL, NULL, buf, len, 0, 0, 0);
         rcp__free(buf);
     }
     call_leave(c);

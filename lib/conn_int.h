@@ -139,6 +139,13 @@ int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
  * future's. Never NULL. */
 rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,
                                  int timeout_ms);
+/* The sync form only if the lone-caller path is free (connected, nothing
+ * queued or in flight): the reply, or NULL and nothing was sent. */
+rcp_reply *rcp__conn_command_fast_only(struct rcp_conn *c, const char *raw, size_t len,
+                                       int timeout_ms);
+/* 1 if exactly one request is outstanding and a lone caller is doing its
+ * I/O (the connection is busy, but not with a batch the loop is driving). */
+int rcp__conn_lone_busy(struct rcp_conn *c);
 int rcp__conn_healthy(struct rcp_conn *c);        /* connected and ready */
 /* "addr: why" of the connection's last failure (a refused connect, a lost
  * connection), or "addr: no failure recorded". */
