@@ -1017,7 +1017,7 @@ rcp_cluster *rcpc_open(const rcp_cluster_options *o)
     return h;
 }
 
-rcp_cluster *rcpc_open_default(const rcpc_cluster *c)
+static rcp_cluster *open_with_refresh(const rcpc_cluster *c, int refresh_ms)
 {
     rcp_cluster_options o;
     rcp_conn_options node;
@@ -1025,7 +1025,43 @@ rcp_cluster *rcpc_open_default(const rcpc_cluster *c)
 
     ck_assert_msg(rcpc_wait_ok(c, 30, err, sizeof err) == 0, "%s", err);
     rcpc_options(&o, &node, c->seed);
+    if (refresh_ms)
+        o.refresh_interval_ms = refresh_ms;
     return rcpc_open(&o);
+}
+
+rcp_cluster *rcpc_open_default(const rcpc_cluster *c)
+{
+    return open_with_refresh(c, 0);
+}
+
+rcp_cluster *rcpc_open_stale(const rcpc_cluster *c)
+{
+    return open_with_refresh(c, 600000);
+}
+
+int rcpc_move_owner_away(const rcpc_cluster *c, const char *key, int *to, char *err,
+                         size_t errlen)
+{
+    rcpc_topo t;
+    int owner, i;
+
+    *to = 0;
+    if (rcpc_topology_any(c, &t) != 0) {
+        fmt_err(err, errlen, "no topology");
+        return -1;
+    }
+    owner = rcpc_slot_owner(&t, rcp_keyslot(key, strlen(key)));
+    for (i = 0; i < t.n && owner >= 0; i++)
+        if (t.node[i].is_master && i != owner && t.node[i].nslots > 0) {
+            *to = t.node[i].port;
+            break;
+        }
+    if (!*to) {
+        fmt_err(err, errlen, "no owner for %s, or no other master", key);
+        return -1;
+    }
+    return rcpc_reshard(c, t.node[owner].port, *to, t.node[owner].nslots, err, errlen);
 }
 
 int rcpc_main(rcpc_cluster *c, const char *name, int masters, int replicas,

@@ -168,6 +168,14 @@ void rcpc_options(rcp_cluster_options *o, rcp_conn_options *node, const char *se
 rcp_cluster *rcpc_open(const rcp_cluster_options *o);
 /* rcpc_wait_ok, rcpc_options and rcpc_open: a handle with the defaults. */
 rcp_cluster *rcpc_open_default(const rcpc_cluster *c);
+/* The same with no periodic refresh (10 min): its map stays stale until a
+ * redirect or an error, so a test can make the handle meet a moved slot. */
+rcp_cluster *rcpc_open_stale(const rcpc_cluster *c);
+/* Moves every slot of the master owning key's slot to another master with
+ * slots (redis-cli --cluster reshard); 0 and *to = the new owner's port, or
+ * -1 with err. */
+int rcpc_move_owner_away(const rcpc_cluster *c, const char *key, int *to, char *err,
+                         size_t errlen);
 
 /* main() of a cluster test program: starts c (masters, replicas, extra
  * server arguments or NULL), runs one test case `name` holding the tests

@@ -230,28 +230,13 @@ END_TEST
 
 START_TEST(test_follows_moved)
 {
-    rcp_cluster_options o;
-    rcp_conn_options node;
-    rcpc_topo t;
     char err[4096], d[512];
     rcp_reply *r;
-    int owner, to = 0, i;
+    int to;
 
-    ck_assert_msg(rcpc_wait_ok(&cl, 30, err, sizeof err) == 0, "%s", err);
-    rcpc_options(&o, &node, cl.seed);
-    o.refresh_interval_ms = 600000; /* keep the map stale */
-    h = rcpc_open(&o);
-    ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
-    owner = rcpc_slot_owner(&t, rcp_keyslot("{m}l", 4));
-    for (i = 0; i < t.n; i++)
-        if (t.node[i].is_master && i != owner && t.node[i].nslots > 0) {
-            to = t.node[i].port;
-            break;
-        }
-    ck_assert_int_ne(to, 0);
-    ck_assert_msg(rcpc_reshard(&cl, t.node[owner].port, to, t.node[owner].nslots, err,
-                               sizeof err) == 0,
-                  "reshard: %s", err);
+    h = rcpc_open_stale(&cl);
+    ck_assert_msg(rcpc_move_owner_away(&cl, "{m}l", &to, err, sizeof err) == 0, "reshard: %s",
+                  err);
     {
         redisReply *rr = rcpc_ask(to, "RPUSH {m}l moved");
         ck_assert_msg(rr && rr->type == REDIS_REPLY_INTEGER, "RPUSH on the new owner");

@@ -178,8 +178,6 @@ static int wait_role(int port, int want_master, unsigned slot, int owner, int ti
  * and this read was served by the replica with no redirect. */
 START_TEST(test_demoted_master_redirects)
 {
-    rcp_cluster_options o;
-    rcp_conn_options node;
     rcp_cluster_stats st0, st1;
     rcp_cluster_node_info ni0, ni1;
     rcpc_topo t;
@@ -189,11 +187,7 @@ START_TEST(test_demoted_master_redirects)
     redisReply *rr;
     rcp_reply *r;
 
-    ck_assert_msg(rcpc_wait_ok(&cl, 30, err, sizeof err) == 0, "%s", err);
-    rcpc_options(&o, &node, cl.seed);
-    o.read_policy = RCP_READ_MASTER_ONLY;
-    o.refresh_interval_ms = 600000;
-    h = rcpc_open(&o);
+    h = rcpc_open_stale(&cl); /* RCP_READ_MASTER_ONLY, the default */
 
     ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
     ck_assert_msg(rcpc_master_with_replica(&t, &master, &replica) == 0, "no master with a replica");

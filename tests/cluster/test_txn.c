@@ -258,30 +258,15 @@ END_TEST
 
 START_TEST(test_txn_follows_redirect)
 {
-    rcp_cluster_options o;
-    rcp_conn_options node;
-    rcpc_topo t;
     rcp_txn *x;
     rcp_reply *r;
     char err[4096], d[512];
-    int owner, to = 0, i, k;
+    int to, k;
 
-    ck_assert_msg(rcpc_wait_ok(&cl, 30, err, sizeof err) == 0, "%s", err);
-    rcpc_options(&o, &node, cl.seed);
-    o.refresh_interval_ms = 600000; /* keep the map stale */
-    h = rcpc_open(&o);
+    h = rcpc_open_stale(&cl);
     rcp_reply_free(rcp_cluster_command(h, "SET {t}m 0"));
-    ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
-    owner = rcpc_slot_owner(&t, rcp_keyslot("{t}m", 4));
-    for (i = 0; i < t.n; i++)
-        if (t.node[i].is_master && i != owner) {
-            to = t.node[i].port;
-            break;
-        }
-    ck_assert_int_ne(to, 0);
-    ck_assert_msg(rcpc_reshard(&cl, t.node[owner].port, to, t.node[owner].nslots, err,
-                               sizeof err) == 0,
-                  "reshard: %s", err);
+    ck_assert_msg(rcpc_move_owner_away(&cl, "{t}m", &to, err, sizeof err) == 0, "reshard: %s",
+                  err);
 
     x = rcp_txn_new(h);
     for (k = 1; k <= 3; k++) {
