@@ -12,6 +12,7 @@
  * loop on the caller's thread, which keeps the connection's lone-caller fast
  * path). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,9 @@ typedef struct req {
     int asking;
 } req;
 
+#define CFUT_INLINE 192   /* bytes of a command kept inside its cfut */
+#define CFUT_CACHE_MAX 4096 /* unused cfuts a handle keeps for reuse */
+
 /* The async path's wrapped future. `inner` goes to a node connection. */
 typedef struct cfut {
     rcp_future inner;
@@ -56,7 +60,10 @@ typedef struct cfut {
     struct rcp_cluster *cl;
     req rq;
     uint64_t retry_at;
-    struct cfut *next;  /* retry queue */
+    struct cfut *next;  /* retry queue; the free list while unused */
+    /* Small commands are formatted here, so an async request costs no
+     * allocation once the handle's free list has warmed up. */
+    char inl[CFUT_INLINE];
 } cfut;
 
 struct rcp_cluster {
@@ -92,6 +99,12 @@ struct rcp_cluster {
     int retries_closed;      /* close has drained the queue: no more */
     atomic_int closing;
     atomic_uint active_calls;
+
+    /* Resolved cfuts kept for the next async requests (LIFO, at most
+     * CFUT_CACHE_MAX): taken by senders, given back by the I/O threads. */
+    pthread_mutex_t cf_mu;
+    cfut *cf_free;
+    unsigned cf_nfree;
 
     struct {
         _Atomic uint64_t requests, moved, ask, tryagain, clusterdown, loading, masterdown,
@@ -1056,12 +1069,44 @@ static int remaining_ms(const req *rq)
 /* ------------------------------------------------------------------ */
 /* the async path                                                      */
 
+/* A cfut with its header zeroed (inl is not), or NULL when out of memory. */
+static cfut *cfut_get(struct rcp_cluster *cl)
+{
+    cfut *cf;
+    pthread_mutex_lock(&cl->cf_mu);
+    cf = cl->cf_free;
+    if (cf) {
+        cl->cf_free = cf->next;
+        cl->cf_nfree--;
+    }
+    pthread_mutex_unlock(&cl->cf_mu);
+    if (!cf && !(cf = rcp__malloc(sizeof(*cf))))
+        return NULL;
+    memset(cf, 0, offsetof(cfut, inl));
+    return cf;
+}
+
+/* Frees the command (unless it is inline) and keeps or frees the cfut. */
+static void cfut_put(struct rcp_cluster *cl, cfut *cf)
+{
+    if (cf->rq.buf != cf->inl)
+        rcp__free(cf->rq.buf);
+    pthread_mutex_lock(&cl->cf_mu);
+    if (cl->cf_nfree < CFUT_CACHE_MAX) {
+        cf->next = cl->cf_free;
+        cl->cf_free = cf;
+        cl->cf_nfree++;
+        cf = NULL;
+    }
+    pthread_mutex_unlock(&cl->cf_mu);
+    rcp__free(cf);
+}
+
 static void finish(cfut *cf, rcp_reply *r)
 {
     rcp_future *u = cf->user;
     struct rcp_cluster *cl = cf->cl;
-    rcp__free(cf->rq.buf);
-    rcp__free(cf);
+    cfut_put(cl, cf);
     u->resolve(u, r);
     /* Only now may rcp_cluster_close go on: the callback has returned. */
     atomic_fetch_sub(&cl->active_calls, 1);
@@ -1185,13 +1230,10 @@ static void on_reply(rcp_future *f, rcp_reply *r)
     }
 }
 
-static int send_prepared(struct rcp_cluster *cl, rcp_future *f, req *rq)
+/* Sends rq (whose buf is cf->inl or allocated: cf owns it from here) with
+ * cf, a cfut from cfut_get. */
+static int send_cf(struct rcp_cluster *cl, rcp_future *f, cfut *cf, req *rq)
 {
-    cfut *cf = rcp__calloc(1, sizeof(*cf));
-    if (!cf) {
-        rcp__free(rq->buf);
-        return RCP_ERR_OOM;
-    }
     cf->inner.resolve = on_reply;
     cf->user = f;
     cf->cl = cl;
@@ -1203,6 +1245,17 @@ static int send_prepared(struct rcp_cluster *cl, rcp_future *f, req *rq)
      * happens: the first attempt's refusal goes through the same rules. */
     submit(cf);
     return RCP_OK;
+}
+
+/* Sends rq, whose buf is allocated (freed here on failure). */
+static int send_prepared(struct rcp_cluster *cl, rcp_future *f, req *rq)
+{
+    cfut *cf = cfut_get(cl);
+    if (!cf) {
+        rcp__free(rq->buf);
+        return RCP_ERR_OOM;
+    }
+    return send_cf(cl, f, cf, rq);
 }
 
 /* Explicit batches (batch.c). Every command becomes an ordinary async
@@ -1271,10 +1324,12 @@ int rcp__cluster_send_batch(struct rcp_cluster *cl, size_t n, rcp_future *const 
             rv = RCP_ERR_TOO_LARGE;
         if (rv != RCP_OK)
             break;
-        cf[i] = rcp__calloc(1, sizeof(cfut));
-        rq.buf = rcp__malloc(len[i]);
-        if (!cf[i] || !rq.buf) {
-            rcp__free(rq.buf);
+        cf[i] = cfut_get(cl);
+        rq.buf = !cf[i] ? NULL : len[i] <= CFUT_INLINE ? cf[i]->inl : rcp__malloc(len[i]);
+        if (!rq.buf) {
+            if (cf[i])
+                cfut_put(cl, cf[i]); /* its rq.buf is still NULL */
+            cf[i] = NULL;
             rv = RCP_ERR_OOM;
             break;
         }
@@ -1289,10 +1344,8 @@ int rcp__cluster_send_batch(struct rcp_cluster *cl, size_t n, rcp_future *const 
     if (rv != RCP_OK) {
         *bad = i;
         for (j = 0; j < n; j++)
-            if (cf[j]) {
-                rcp__free(cf[j]->rq.buf);
-                rcp__free(cf[j]);
-            }
+            if (cf[j])
+                cfut_put(cl, cf[j]);
         goto out;
     }
     atomic_fetch_add(&cl->active_calls, n);
@@ -1358,6 +1411,7 @@ int rcp_cluster_send_argv_policy(rcp_cluster *cl, rcp_future *f, int policy, int
                                  const char **argv, const size_t *argvlen)
 {
     req rq;
+    cfut *cf;
     const char *why;
     int rv, i;
     if (!cl || !f || !f->resolve || argc < 1 || !argv || policy < -1 || policy > RCP_READ_NEAREST)
@@ -1379,11 +1433,16 @@ int rcp_cluster_send_argv_policy(rcp_cluster *cl, rcp_future *f, int policy, int
     rq.len = rcp__format_len(argc, argv, argvlen);
     if (rq.len > cl->node_opt.max_request_bytes)
         return RCP_ERR_TOO_LARGE;
-    rq.buf = rcp__malloc(rq.len);
-    if (!rq.buf)
+    cf = cfut_get(cl);
+    if (!cf)
         return RCP_ERR_OOM;
+    rq.buf = rq.len <= CFUT_INLINE ? cf->inl : rcp__malloc(rq.len);
+    if (!rq.buf) {
+        cfut_put(cl, cf);
+        return RCP_ERR_OOM;
+    }
     rcp__format_write(rq.buf, argc, argv, argvlen);
-    return send_prepared(cl, f, &rq);
+    return send_cf(cl, f, cf, &rq);
 }
 
 int rcp_cluster_send_argv(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
@@ -1719,6 +1778,12 @@ static void cluster_free(struct rcp_cluster *cl)
     rcp__free(cl->node_user);
     rcp__free(cl->node_pass);
     rcp__free(cl->node_name);
+    while (cl->cf_free) {
+        cfut *cf = cl->cf_free;
+        cl->cf_free = cf->next;
+        rcp__free(cf);
+    }
+    pthread_mutex_destroy(&cl->cf_mu);
     pthread_mutex_destroy(&cl->reg_mu);
     pthread_mutex_destroy(&cl->wmu);
     pthread_cond_destroy(&cl->wcv);
@@ -1766,6 +1831,7 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
     cl->node_opt.event_cb = node_event;
     cl->node_opt.event_data = cl;
     pthread_mutex_init(&cl->reg_mu, NULL);
+    pthread_mutex_init(&cl->cf_mu, NULL);
     pthread_mutex_init(&cl->wmu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -7,6 +7,7 @@
 
 #include "alloc.h"
 #include "rcpipe/common.h"
+#include "reply.h"
 
 static const rcp_allocator default_allocator = {malloc, calloc, realloc, free};
 static _Atomic(const rcp_allocator *) current = &default_allocator;
@@ -16,6 +17,7 @@ int rcp_set_allocator(const rcp_allocator *a)
 {
     if (!a || !a->malloc_fn || !a->calloc_fn || !a->realloc_fn || !a->free_fn)
         return RCP_ERR_INVALID;
+    rcp__reply_cache_drop(); /* its blocks came from the previous allocator */
     user_allocator = *a;
     atomic_store(&current, &user_allocator);
     return RCP_OK;
@@ -23,6 +25,7 @@ int rcp_set_allocator(const rcp_allocator *a)
 
 void rcp_reset_allocator(void)
 {
+    rcp__reply_cache_drop();
     atomic_store(&current, &default_allocator);
 }
 

@@ -2,6 +2,7 @@
  * through our own object functions, so a GET's reply is one allocation
  * (header and bytes together) instead of hiredis's two; the same functions
  * are the place where a streaming sink can later divert large bulk values. */
+#include <pthread.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -11,12 +12,86 @@ static rcp_reply oom_reply = {
     RCP_REPLY_ERROR, RCP_ERR_OOM, 0, 13, "out of memory", 0, NULL, RCP__REPLY_STATIC,
 };
 
+/* Small replies (a GET's value, an integer, OK, nil) are recycled through
+ * a cache per thread, so that in steady state the thread that parses
+ * replies and frees them again (an I/O thread running async callbacks, a
+ * lone caller doing its own I/O) calls no allocator per reply. Every small
+ * reply is allocated with SMALL_BYTES, whatever its size; a thread keeps
+ * at most SMALL_CACHE_MAX of them, and gives them back to the allocator
+ * when it exits. */
+#define SMALL_BYTES 192
+#define SMALL_CACHE_MAX 64
+
+typedef struct small_block {
+    struct small_block *next;
+} small_block;
+
+static _Thread_local small_block *small_head;
+static _Thread_local unsigned small_count;
+static pthread_key_t small_key;
+static pthread_once_t small_once = PTHREAD_ONCE_INIT;
+static int small_key_ok;
+
+static void small_cache_drop(void *unused)
+{
+    (void)unused;
+    while (small_head) {
+        small_block *b = small_head;
+        small_head = b->next;
+        rcp__free(b);
+    }
+    small_count = 0;
+}
+
+void rcp__reply_cache_drop(void)
+{
+    small_cache_drop(NULL);
+}
+
+static void small_key_init(void)
+{
+    small_key_ok = pthread_key_create(&small_key, small_cache_drop) == 0;
+}
+
+/* Keeps b for reuse, or frees it. */
+static void small_put(void *b)
+{
+    if (small_count == 0) {
+        /* The key's value only makes the destructor run at thread exit. */
+        pthread_once(&small_once, small_key_init);
+        if (!small_key_ok || pthread_setspecific(small_key, &small_head) != 0) {
+            rcp__free(b);
+            return;
+        }
+    }
+    if (small_count >= SMALL_CACHE_MAX) {
+        rcp__free(b);
+        return;
+    }
+    ((small_block *)b)->next = small_head;
+    small_head = b;
+    small_count++;
+}
+
+static void *small_get(void)
+{
+    small_block *b = small_head;
+    if (!b)
+        return rcp__malloc(SMALL_BYTES);
+    small_head = b->next;
+    small_count--;
+    return b;
+}
+
 static rcp_reply *alloc_node(int type, size_t extra)
 {
-    rcp_reply *r = rcp__malloc(sizeof(*r) + extra);
+    int small = extra <= SMALL_BYTES - sizeof(rcp_reply);
+    rcp_reply *r = small ? small_get() : rcp__malloc(sizeof(*r) + extra);
     if (!r)
         return NULL;
     memset(r, 0, sizeof(*r));
+    if (small)
+        r->rcp__flags = RCP__REPLY_SMALL;
     r->type = type;
     r->err = type == RCP_REPLY_ERROR ? RCP_ERR_SERVER : RCP_OK;
     return r;
@@ -89,7 +164,10 @@ void rcp_reply_free(rcp_reply *r)
         if (r->element != (rcp_reply **)(r + 1))
             rcp__free(r->element);
     }
-    rcp__free(r);
+    if (r->rcp__flags & RCP__REPLY_SMALL)
+        small_put(r);
+    else
+        rcp__free(r);
 }
 
 rcp_reply *rcp_reply_dup(const rcp_reply *src)

@@ -9,6 +9,7 @@
 
 #define RCP__REPLY_STACK 0x2u  /* lives on a stack frame: keep must copy */
 #define RCP__REPLY_STATIC 0x4u /* static storage: never freed */
+#define RCP__REPLY_SMALL 0x8u  /* from the per-thread cache of small replies */
 
 /* Reader object functions producing rcp_reply trees (one allocation per
  * node: strings and element arrays are stored inline). */
@@ -37,6 +38,9 @@ void rcp__reply_release(rcp_reply *r);
  * itself (a heap reply); r is not dereferenced (it may be freed already
  * by whoever received it meanwhile). */
 void rcp__reply_rekeep(rcp_reply *r);
+
+/* Frees the calling thread's cache of small replies (see reply.c). */
+void rcp__reply_cache_drop(void);
 
 /* Creates a reader using rcp__reply_functions; NULL on OOM. */
 redisReader *rcp__reader_new(void);

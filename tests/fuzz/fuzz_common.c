@@ -61,7 +61,7 @@ void rcp_fuzz_check_reply(const rcp_reply *r, int depth)
     size_t i;
     FUZZ_CHECK(r != NULL);
     FUZZ_CHECK(depth <= 16);
-    FUZZ_CHECK(r->rcp__flags == 0);
+    FUZZ_CHECK((r->rcp__flags & ~RCP__REPLY_SMALL) == 0);
     switch (r->type) {
     case RCP_REPLY_STRING:
     case RCP_REPLY_STATUS:

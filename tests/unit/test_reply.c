@@ -166,7 +166,10 @@ START_TEST(allocator_hook_and_oom)
         ck_assert_int_eq(st, REDIS_OK);
         rcp_reply_free(r);
     }
-    /* An error reply that cannot be allocated is the static OOM reply. */
+    /* An error reply that cannot be allocated is the static OOM reply
+     * (with this thread's cache of small replies empty: the replies freed
+     * above went there and would be reused without an allocation). */
+    rcp__reply_cache_drop();
     allocs_left = 0;
     {
         rcp_reply *r = rcp__reply_error_new(RCP_ERR_IO, "x");
@@ -174,6 +177,37 @@ START_TEST(allocator_hook_and_oom)
         rcp_reply_free(r);
     }
     allocs_left = -1;
+    rcp_reset_allocator();
+}
+END_TEST
+
+/* Small replies freed on a thread are reused by the next ones parsed
+ * there, with no allocation; larger ones are not cached. */
+static int n_allocs;
+static void *count_malloc(size_t n) { n_allocs++; return malloc(n); }
+static void *count_calloc(size_t a, size_t b) { n_allocs++; return calloc(a, b); }
+static void *count_realloc(void *p, size_t n) { n_allocs++; return realloc(p, n); }
+
+START_TEST(small_replies_recycled)
+{
+    rcp_allocator a = {count_malloc, count_calloc, count_realloc, free};
+    const char *small = "$5\r\nhello\r\n";
+    char big[600];
+    int st, i;
+    ck_assert_int_eq(rcp_set_allocator(&a), RCP_OK);
+    rcp_reply_free(parse(small, strlen(small), &st)); /* fills the cache */
+    n_allocs = 0;
+    for (i = 0; i < 100; i++) {
+        rcp_reply *r = parse(small, strlen(small), &st);
+        ck_assert_int_eq(st, REDIS_OK);
+        ck_assert_str_eq(r->str, "hello");
+        rcp_reply_free(r);
+    }
+    ck_assert_int_eq(n_allocs, 0);
+    snprintf(big, sizeof big, "$500\r\n%0500d\r\n", 7);
+    for (i = 0; i < 10; i++)
+        rcp_reply_free(parse(big, strlen(big), &st));
+    ck_assert_int_eq(n_allocs, 10);
     rcp_reset_allocator();
 }
 END_TEST
@@ -190,6 +224,7 @@ int main(void)
     tcase_add_test(tc, partial_feed);
     tcase_add_test(tc, keep_and_release);
     tcase_add_test(tc, allocator_hook_and_oom);
+    tcase_add_test(tc, small_replies_recycled);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
