@@ -1,5 +1,9 @@
 /* rcp-bench: N application threads, each a synchronous caller doing one
- * request at a time, against one Redis node or a Redis Cluster.
+ * request at a time (or, with --async-depth, keeping N requests in flight
+ * through futures; with --pipeline, sending groups of N and waiting for the
+ * group), against one Redis node or a Redis Cluster. --rate-limiting makes
+ * it an open loop whose latency counts from each request's intended send
+ * time (coordinated omission corrected). docs/bench.md is the reference.
  *
  * --client rcpipe: all threads share ONE rcp_conn (implicit pipelining), or
  * in cluster mode ONE rcp_cluster handle.
@@ -23,6 +27,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -61,6 +66,9 @@
 /* After the stop, a thread gets this long to return from its request (the
  * library's default request deadline is 5 s) before the run is declared hung. */
 #define STOP_GRACE_S 15
+#define MAX_SERIES 3600u   /* seconds kept in the per-second series */
+#define MAX_DEPTH 65536u   /* --async-depth and --pipeline */
+#define SLEEP_SLICE_NS 100000000u /* a rate-limited thread checks for the stop this often */
 
 enum client_kind { CLIENT_RCPIPE, CLIENT_CLASSIC };
 
@@ -88,9 +96,40 @@ typedef struct config {
     bool cluster_forced; /* --cluster-mode */
     int read_policy;     /* rcp_read_policy; -1: not given */
     bool cluster;        /* decided at run time: forced or cluster_enabled:1 */
+    char key_pattern[2]; /* [0] SETs, [1] GETs: 'R' uniform, 'S' sequential, 'G' gaussian */
+    double key_median, key_stddev; /* G; NAN: memtier's defaults */
+    bool distinct_seed;  /* --distinct-client-seed */
+    uint64_t run_seed;   /* mixed into every thread's seed; 0 by default (reproducible) */
+    unsigned async_depth; /* > 0: async mode (rcpipe) */
+    unsigned pipeline;    /* > 1: explicit pipelining */
+    uint64_t rate;        /* --rate-limiting, ops/s per thread; 0: closed loop */
+    bool count_allocs;    /* --count-allocs (rcpipe) */
 } config;
 
 struct bench;
+struct worker;
+
+/* What one request came to. A failed GET is neither a hit nor a miss. */
+enum outcome { OUT_ERR, OUT_OK, OUT_HIT, OUT_MISS };
+
+/* One request of async or pipeline mode. With rcpipe its future lives here
+ * until the callback (on an I/O thread) has filled in the result and pushed
+ * the slot onto its worker's completed stack; the worker then does all the
+ * accounting on its own thread. */
+typedef struct req {
+    rcp_future f;
+    struct worker *w;
+    struct req *next;   /* completed stack */
+    uint64_t t_start;   /* latency base: send, group send or intended time */
+    uint64_t t_done;    /* written by the callback */
+    size_t req_bytes, reply_bytes;
+    int outcome;        /* enum outcome */
+    bool is_set;
+    char *key;          /* classic pipeline: kept for a redirect */
+    size_t keylen;
+    int node;           /* classic cluster pipeline: the node asked */
+    char err[160];      /* OUT_ERR: why */
+} req;
 
 typedef struct worker {
     struct bench *b;
@@ -106,6 +145,24 @@ typedef struct worker {
     uint64_t end_ns;        /* when this thread stopped issuing requests */
     char first_error[256];
     hist set_h, get_h;
+    uint64_t rng;            /* key and SET/GET choice */
+    uint64_t seq[2];         /* key pattern S: steps taken, SETs and GETs */
+    uint64_t seq_off;        /* key pattern S: this thread's start in the range */
+    uint64_t hits, misses;   /* GETs that found a value / got nil */
+    uint64_t set_bytes, get_bytes; /* RESP bytes both ways */
+    uint64_t lat_sum;        /* ns, owner's copy of lat_sum_ns */
+    _Atomic uint64_t lat_sum_ns; /* read by the progress line */
+    hist cur_h;              /* latencies of second cur_sec, for the series */
+    uint64_t cur_sec;
+    /* async and pipeline modes */
+    req *reqs;
+    unsigned *free_list, nfree, inflight;
+    _Atomic(req *) done_head; /* pushed by callbacks, taken whole by the worker */
+    atomic_int sleeping;      /* the worker waits on sem for a completion */
+    sem_t sem;
+    bool sem_ok;
+    uint64_t sleeps;          /* times it waited on sem (a futex wake each) */
+    char *keys;               /* pipeline: one key buffer per request */
 } worker;
 
 typedef struct bench {
@@ -120,6 +177,11 @@ typedef struct bench {
     pthread_cond_t cv;
     unsigned finished;
     worker *workers;
+    uint64_t start_ns;        /* start of the timed phase */
+    pthread_mutex_t series_mu;
+    hist *series;             /* one histogram per second of the run */
+    size_t series_n;
+    bool series_truncated;    /* ran past MAX_SERIES seconds */
 } bench;
 
 typedef struct server_info {
@@ -228,12 +290,12 @@ static void usage(FILE *f)
     fprintf(f,
         "Usage: " PROG " [options]\n"
         "\n"
-        "N application threads, each doing one synchronous request at a time,\n"
-        "against one Redis server or a Redis Cluster. --client rcpipe shares ONE\n"
-        "rcpipe connection (in cluster mode ONE rcp_cluster handle) between all\n"
-        "threads (implicit pipelining); --client classic gives each thread its own\n"
-        "blocking hiredis connection, per master in cluster mode (request/response\n"
-        "baseline).\n"
+        "N application threads, each doing one synchronous request at a time (see\n"
+        "Mode for the others), against one Redis server or a Redis Cluster.\n"
+        "--client rcpipe shares ONE rcpipe connection (in cluster mode ONE\n"
+        "rcp_cluster handle) between all threads (implicit pipelining); --client\n"
+        "classic gives each thread its own blocking hiredis connection, per master\n"
+        "in cluster mode (request/response baseline).\n"
         "\n"
         "Connection:\n"
         "  -s, --server HOST:PORT   server address, in cluster mode any node (the seed)\n"
@@ -252,12 +314,27 @@ static void usage(FILE *f)
         "      --test-time SECS     timed phase length, may be fractional (default 10)\n"
         "  -n, --requests N         requests per thread; wins over --test-time\n"
         "      --preload            SET every key in [min,max] before the run (not timed)\n"
+        "      --key-pattern P[:P]  key choice for SETs[:GETs]: R uniform random (default),\n"
+        "                           S sequential (each thread from its own offset),\n"
+        "                           G gaussian (see --key-median/--key-stddev)\n"
+        "      --key-median N       G: centre of the keys (default the middle of the range)\n"
+        "      --key-stddev N       G: standard deviation (default range/6)\n"
+        "      --distinct-client-seed  a new random seed per thread and run (default: the\n"
+        "                           same seed per thread index in every run)\n"
+        "      --rate-limiting R    open loop: R requests/s per thread on a fixed schedule;\n"
+        "                           latency from the intended send time\n"
+        "\n"
+        "Mode (default sync: one request at a time per thread):\n"
+        "      --async-depth N      rcpipe: async mode, N requests in flight per thread\n"
+        "      --pipeline N         explicit pipelining: send N requests, then wait for\n"
+        "                           all N (classic: per master in cluster mode)\n"
         "\n"
         "Client:\n"
         "      --client NAME        rcpipe (default) or classic\n"
         "      --batch-delay-us N   rcpipe: pause after a batch's first request\n"
         "      --io-threads N       rcpipe: I/O loop threads\n"
         "      --no-fast-path       rcpipe: disable the lone-caller fast path\n"
+        "      --count-allocs       rcpipe: count the library's allocations during the run\n"
         "\n"
         "Output:\n"
         "      --json-out-file FILE write the results as one JSON object to FILE\n"
@@ -272,6 +349,10 @@ static void usage(FILE *f)
         "                           master-and-replicas\n"
         "  Server CPU us/op is then summed over the masters; the replicas' CPU is\n"
         "  reported on its own.\n"
+        "\n"
+        "At the end: memtier's ALL STATS table (Sets/Gets/Totals) plus server CPU,\n"
+        "client CPU and commands per write; details below it. docs/bench.md explains\n"
+        "every column and JSON key.\n"
         "\n"
         "Exit status: 0 on success, 1 when connecting failed or any request got\n"
         "an error, 2 on bad options.\n");
@@ -368,8 +449,40 @@ enum {
     OPT_USER,
     OPT_PROGRESS,
     OPT_CLUSTER_MODE,
-    OPT_READ_POLICY
+    OPT_READ_POLICY,
+    OPT_KEY_PATTERN,
+    OPT_KEY_MEDIAN,
+    OPT_KEY_STDDEV,
+    OPT_DISTINCT_SEED,
+    OPT_ASYNC_DEPTH,
+    OPT_PIPELINE,
+    OPT_RATE,
+    OPT_COUNT_ALLOCS
 };
+
+/* "X" or "X:Y" with X, Y in R, S, G (memtier's SET:GET form). */
+static void parse_key_pattern(config *cfg, const char *s)
+{
+    size_t n = strlen(s);
+
+    if (!((n == 1 || (n == 3 && s[1] == ':')) && strchr("RSG", s[0]) &&
+          strchr("RSG", s[n - 1])))
+        die_usage("--key-pattern: expected R, S or G, or SET:GET such as R:G, got '%s'", s);
+    cfg->key_pattern[0] = s[0];
+    cfg->key_pattern[1] = s[n - 1];
+}
+
+static double parse_double(const char *opt, const char *s, double min)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < min)
+        die_usage("%s: '%s' is not a number >= %g", opt, s, min);
+    return v;
+}
 
 static const char *read_policy_name(int p)
 {
@@ -404,6 +517,14 @@ static void parse_args(config *cfg, int argc, char **argv)
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"cluster-mode", no_argument, NULL, OPT_CLUSTER_MODE},
         {"read-policy", required_argument, NULL, OPT_READ_POLICY},
+        {"key-pattern", required_argument, NULL, OPT_KEY_PATTERN},
+        {"key-median", required_argument, NULL, OPT_KEY_MEDIAN},
+        {"key-stddev", required_argument, NULL, OPT_KEY_STDDEV},
+        {"distinct-client-seed", no_argument, NULL, OPT_DISTINCT_SEED},
+        {"async-depth", required_argument, NULL, OPT_ASYNC_DEPTH},
+        {"pipeline", required_argument, NULL, OPT_PIPELINE},
+        {"rate-limiting", required_argument, NULL, OPT_RATE},
+        {"count-allocs", no_argument, NULL, OPT_COUNT_ALLOCS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -423,6 +544,9 @@ static void parse_args(config *cfg, int argc, char **argv)
     cfg->test_time_s = 10;
     cfg->client = CLIENT_RCPIPE;
     cfg->read_policy = -1;
+    cfg->key_pattern[0] = cfg->key_pattern[1] = 'R';
+    cfg->key_median = cfg->key_stddev = NAN;
+    cfg->pipeline = 1;
 
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":s:p:a:t:d:n:h", longopts, NULL)) != -1) {
@@ -471,6 +595,22 @@ static void parse_args(config *cfg, int argc, char **argv)
                 die_usage("--read-policy: expected master, prefer-replica or "
                           "master-and-replicas, got '%s'", optarg);
             break;
+        case OPT_KEY_PATTERN: parse_key_pattern(cfg, optarg); break;
+        case OPT_KEY_MEDIAN: cfg->key_median = parse_double("--key-median", optarg, 0.0); break;
+        case OPT_KEY_STDDEV:
+            cfg->key_stddev = parse_double("--key-stddev", optarg, 0.0);
+            if (!(cfg->key_stddev > 0))
+                die_usage("--key-stddev: must be > 0");
+            break;
+        case OPT_DISTINCT_SEED: cfg->distinct_seed = true; break;
+        case OPT_ASYNC_DEPTH:
+            cfg->async_depth = (unsigned)parse_u64("--async-depth", optarg, 1, MAX_DEPTH);
+            break;
+        case OPT_PIPELINE:
+            cfg->pipeline = (unsigned)parse_u64("--pipeline", optarg, 1, MAX_DEPTH);
+            break;
+        case OPT_RATE: cfg->rate = parse_u64("--rate-limiting", optarg, 1, 100000000); break;
+        case OPT_COUNT_ALLOCS: cfg->count_allocs = true; break;
         case 'h': usage(stdout); exit(0);
         case ':': die_usage("option '%s' needs an argument", argv[optind - 1]);
         default:
@@ -494,6 +634,22 @@ static void parse_args(config *cfg, int argc, char **argv)
     if (cfg->client == CLIENT_CLASSIC && cfg->read_policy > RCP_READ_MASTER_ONLY)
         die_usage("--read-policy %s applies to --client rcpipe only (classic reads masters)",
                   read_policy_name(cfg->read_policy));
+    if (cfg->client == CLIENT_CLASSIC && (cfg->async_depth || cfg->count_allocs))
+        die_usage("--async-depth and --count-allocs apply to --client rcpipe only");
+    if (cfg->async_depth && cfg->pipeline > 1)
+        die_usage("--pipeline and --async-depth are two different modes: give one");
+    if (cfg->rate && cfg->pipeline > 1)
+        die_usage("--rate-limiting works in sync and async mode, not with --pipeline");
+    if (!isnan(cfg->key_median) &&
+        (cfg->key_median < (double)cfg->key_min || cfg->key_median > (double)cfg->key_max))
+        die_usage("--key-median %g is outside [%" PRIu64 ", %" PRIu64 "]", cfg->key_median,
+                  cfg->key_min, cfg->key_max);
+    if (isnan(cfg->key_median)) /* memtier: the middle of the range */
+        cfg->key_median = ((double)cfg->key_min + (double)cfg->key_max) / 2.0;
+    if (isnan(cfg->key_stddev)) /* memtier: range / 6 */
+        cfg->key_stddev = ((double)cfg->key_max - (double)cfg->key_min) / 6.0;
+    if (cfg->distinct_seed)
+        cfg->run_seed = rng_seed((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ now_ns());
     if (!cfg->progress)
         cfg->progress = isatty(STDERR_FILENO);
 }
@@ -755,74 +911,136 @@ static void note_error(worker *w, const char *fmt, ...)
     va_end(ap);
 }
 
-static bool request_rcpipe(worker *w, bool is_set, int argc, const char **argv,
-                           const size_t *argvlen)
+/* RESP bytes of a SET/GET reply on the wire: "+OK\r\n" and "-text\r\n" are
+ * 1 + len + 2, a nil "$-1\r\n" 5, a bulk string "$len\r\n" + data + "\r\n". */
+static size_t resp_reply_bytes(int type, size_t len)
+{
+    char tmp[20];
+
+    if (type == RCP_REPLY_STRING)
+        return 1 + u64_to_dec(len, tmp) + 2 + len + 2;
+    if (type == RCP_REPLY_NIL)
+        return 5;
+    return 1 + len + 2;
+}
+
+/* RESP bytes of a request: "*argc\r\n", then "$len\r\n" + arg + "\r\n" each. */
+static size_t resp_request_bytes(int argc, const size_t *argvlen)
+{
+    char tmp[20];
+    size_t n = 1 + u64_to_dec((uint64_t)argc, tmp) + 2;
+    int i;
+
+    for (i = 0; i < argc; i++)
+        n += 1 + u64_to_dec(argvlen[i], tmp) + 2 + argvlen[i] + 2;
+    return n;
+}
+
+/* Judges one reply (rcpipe's and hiredis's types have the same numbers):
+ * SET wants a status, GET a string (hit) or nil (miss). errname, if not
+ * NULL, names the client-side error code. Sets *bytes to the reply's RESP
+ * size; on OUT_ERR writes why to err. */
+static int judge_reply(bool is_set, int type, const char *str, size_t len, const char *errname,
+                       char *err, size_t errlen, size_t *bytes)
+{
+    const char *cmd = is_set ? "SET" : "GET";
+
+    *bytes = resp_reply_bytes(type, len);
+    if (type == RCP_REPLY_ERROR) {
+        snprintf(err, errlen, "%s: error reply%s%s%s: %.*s", cmd, errname ? " (" : "",
+                 errname ? errname : "", errname ? ")" : "", (int)(len > 200 ? 200 : len),
+                 str ? str : "");
+        return OUT_ERR;
+    }
+    if (is_set && type == RCP_REPLY_STATUS)
+        return OUT_OK;
+    if (!is_set && type == RCP_REPLY_STRING)
+        return OUT_HIT;
+    if (!is_set && type == RCP_REPLY_NIL)
+        return OUT_MISS;
+    snprintf(err, errlen, "%s: unexpected reply type %d", cmd, type);
+    return OUT_ERR;
+}
+
+static int judge_rcpipe(bool is_set, const rcp_reply *r, char *err, size_t errlen, size_t *bytes)
+{
+    if (!r) { /* the API promises never NULL */
+        snprintf(err, errlen, "%s: NULL reply", is_set ? "SET" : "GET");
+        *bytes = 0;
+        return OUT_ERR;
+    }
+    if (rcp_reply_is_error(r))
+        return judge_reply(is_set, RCP_REPLY_ERROR, r->str, r->len, rcp_strerror(r->err), err,
+                           errlen, bytes);
+    return judge_reply(is_set, r->type, r->str, r->len, NULL, err, errlen, bytes);
+}
+
+static int request_rcpipe(worker *w, bool is_set, int argc, const char **argv,
+                          const size_t *argvlen, size_t *bytes)
 {
     rcp_reply *r = w->b->cluster ? rcp_cluster_command_argv(w->b->cluster, argc, argv, argvlen)
                                  : rcp_conn_command_argv(w->b->conn, argc, argv, argvlen);
-    bool ok;
+    char err[256];
+    int out = judge_rcpipe(is_set, r, err, sizeof(err), bytes);
 
-    if (!r) { /* the API promises never NULL */
-        note_error(w, "%s returned NULL",
-                   w->b->cluster ? "rcp_cluster_command_argv" : "rcp_conn_command_argv");
-        return false;
-    }
-    if (r->type == RCP_REPLY_ERROR || rcp_reply_is_error(r)) {
-        note_error(w, "%s: error reply (%s): %.*s", argv[0], rcp_strerror(r->err),
-                   (int)(r->len > 200 ? 200 : r->len), r->str ? r->str : "");
-        ok = false;
-    } else if (is_set ? r->type != RCP_REPLY_STATUS
-                      : (r->type != RCP_REPLY_STRING && r->type != RCP_REPLY_NIL)) {
-        note_error(w, "%s: unexpected reply type %d", argv[0], r->type);
-        ok = false;
-    } else {
-        ok = true;
-    }
+    if (out == OUT_ERR)
+        note_error(w, "%s", err);
     rcp_reply_free(r);
-    return ok;
+    return out;
 }
 
 /* Judges and frees a classic reply. */
-static bool classic_reply_ok(worker *w, bool is_set, const char *cmd, redisReply *r)
+static int classic_judge(worker *w, bool is_set, redisReply *r, size_t *bytes)
 {
-    bool ok;
+    char err[256];
+    int out = judge_reply(is_set, r->type, r->str, r->len, NULL, err, sizeof(err), bytes);
 
-    if (r->type == REDIS_REPLY_ERROR) {
-        note_error(w, "%s: error reply: %.*s", cmd, (int)(r->len > 200 ? 200 : r->len),
-                   r->str);
-        ok = false;
-    } else if (is_set ? r->type != REDIS_REPLY_STATUS
-                      : (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
-        note_error(w, "%s: unexpected reply type %d", cmd, r->type);
-        ok = false;
-    } else {
-        ok = true;
-    }
+    if (out == OUT_ERR)
+        note_error(w, "%s", err);
     freeReplyObject(r);
-    return ok;
+    return out;
 }
 
-static bool request_classic(worker *w, bool is_set, int argc, const char **argv,
-                            const size_t *argvlen)
+static int request_classic(worker *w, bool is_set, int argc, const char **argv,
+                           const size_t *argvlen, size_t *bytes)
 {
     redisReply *r = redisCommandArgv(w->rc, argc, argv, argvlen);
 
+    *bytes = 0;
     if (!r) {
         note_error(w, "%s: connection error: %s", argv[0], w->rc->errstr);
         w->broken = true; /* a hiredis context is unusable after an I/O error */
-        return false;
+        return OUT_ERR;
     }
-    return classic_reply_ok(w, is_set, argv[0], r);
+    return classic_judge(w, is_set, r, bytes);
 }
 
 /* Redirects one classic cluster request may follow (as rcpipe's default). */
 #define CLASSIC_MAX_REDIRECTS 5
 
+/* The thread's connection to a node of the bench's slot table, opened on
+ * first use; NULL (error noted, thread broken) if that failed. */
+static redisContext *classic_node_conn(worker *w, int node)
+{
+    slotmap *m = w->b->map;
+    char err[256];
+
+    if (w->conns[node])
+        return w->conns[node];
+    w->conns[node] = hiredis_connect_to(w->b->cfg, m->nodes[node].host, m->nodes[node].port,
+                                        err, sizeof(err));
+    if (!w->conns[node]) {
+        note_error(w, "%s", err);
+        w->broken = true;
+    }
+    return w->conns[node];
+}
+
 /* Cluster mode: the key's slot names the master (bench slot table); that
  * thread's connection to it is opened on first use. MOVED re-reads CLUSTER
  * SLOTS and retries; ASK retries once on the named node after ASKING. */
-static bool request_classic_cluster(worker *w, bool is_set, int argc, const char **argv,
-                                    const size_t *argvlen)
+static int request_classic_cluster(worker *w, bool is_set, int argc, const char **argv,
+                                   const size_t *argvlen, size_t *bytes)
 {
     slotmap *m = w->b->map;
     unsigned slot = rcp_keyslot(argv[1], argvlen[1]);
@@ -830,6 +1048,7 @@ static bool request_classic_cluster(worker *w, bool is_set, int argc, const char
     bool asking = false;
     unsigned redirects;
 
+    *bytes = 0;
     for (redirects = 0;; redirects++) {
         redisContext *rc;
         redisReply *r;
@@ -841,28 +1060,18 @@ static bool request_classic_cluster(worker *w, bool is_set, int argc, const char
 
         if (node < 0) {
             note_error(w, "%s: slot %u is not served by any node", argv[0], slot);
-            return false;
+            return OUT_ERR;
         }
-        rc = w->conns[node];
-        if (!rc) {
-            char err[256];
-
-            rc = hiredis_connect_to(w->b->cfg, m->nodes[node].host, m->nodes[node].port, err,
-                                    sizeof(err));
-            if (!rc) {
-                note_error(w, "%s", err);
-                w->broken = true;
-                return false;
-            }
-            w->conns[node] = rc;
-        }
+        rc = classic_node_conn(w, node);
+        if (!rc)
+            return OUT_ERR;
         if (asking && redisAppendCommand(rc, "ASKING") != REDIS_OK) {
             note_error(w, "out of memory");
-            return false;
+            return OUT_ERR;
         }
         if (redisAppendCommandArgv(rc, argc, argv, argvlen) != REDIS_OK) {
             note_error(w, "out of memory");
-            return false;
+            return OUT_ERR;
         }
         if (asking) {
             if (redisGetReply(rc, &vr) != REDIS_OK)
@@ -875,7 +1084,7 @@ static bool request_classic_cluster(worker *w, bool is_set, int argc, const char
         r = vr;
         if (r->type != REDIS_REPLY_ERROR || redirects >= CLASSIC_MAX_REDIRECTS ||
             !slotmap_parse_redirect(m, r->str, r->len, &ask, &rslot, host, sizeof(host), &port))
-            return classic_reply_ok(w, is_set, argv[0], r);
+            return classic_judge(w, is_set, r, bytes);
         freeReplyObject(r);
         if (ask) {
             w->ask++;
@@ -888,7 +1097,7 @@ static bool request_classic_cluster(worker *w, bool is_set, int argc, const char
             node = slotmap_moved(m, rslot, host, port, err, sizeof(err));
             if (node < 0) {
                 note_error(w, "%s: after MOVED: %s", argv[0], err);
-                return false;
+                return OUT_ERR;
             }
             asking = false;
         }
@@ -897,74 +1106,452 @@ io_error:
     note_error(w, "%s: connection error on %s:%d: %s", argv[0], m->nodes[node].host,
                m->nodes[node].port, w->conns[node]->errstr);
     w->broken = true; /* a hiredis context is unusable after an I/O error */
-    return false;
+    return OUT_ERR;
 }
 
-static void run_requests(worker *w)
+/* ------------------------------------------------------- keys and timing */
+
+/* The next key number for a SET or a GET, by that type's --key-pattern. */
+static uint64_t next_key(worker *w, bool is_set)
+{
+    const config *cfg = w->b->cfg;
+    uint64_t range = cfg->key_max - cfg->key_min + 1; /* key_max < UINT64_MAX */
+
+    switch (cfg->key_pattern[is_set ? 0 : 1]) {
+    case 'S': { /* from this thread's offset, wrapping at the end of the range */
+        uint64_t *s = &w->seq[is_set ? 0 : 1], d = range - w->seq_off, k;
+
+        k = *s < d ? w->seq_off + *s : *s - d;
+        *s = *s + 1 == range ? 0 : *s + 1;
+        return cfg->key_min + k;
+    }
+    case 'G': { /* Box-Muller, rounded and clamped to the range */
+        double u1 = ((double)(rng_next(&w->rng) >> 11) + 1.0) * 0x1p-53; /* (0, 1] */
+        double u2 = (double)(rng_next(&w->rng) >> 11) * 0x1p-53;
+        double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        double v = floor(cfg->key_median + z * cfg->key_stddev + 0.5);
+
+        if (!(v > (double)cfg->key_min))
+            return cfg->key_min;
+        if (v >= (double)cfg->key_max)
+            return cfg->key_max;
+        return (uint64_t)v;
+    }
+    default:
+        return cfg->key_min + rng_next(&w->rng) % range;
+    }
+}
+
+/* The next request: SET key value or GET key, by --ratio; the key is written
+ * at key (room for the prefix and 20 digits). Returns argc. */
+static int build_request(worker *w, bool *is_set, char *key, const char **argv,
+                         size_t *argvlen)
+{
+    const config *cfg = w->b->cfg;
+    size_t plen = strlen(cfg->key_prefix);
+
+    *is_set = rng_next(&w->rng) % (cfg->ratio_set + cfg->ratio_get) < cfg->ratio_set;
+    memcpy(key, cfg->key_prefix, plen);
+    argv[0] = *is_set ? "SET" : "GET";
+    argvlen[0] = 3;
+    argv[1] = key;
+    argvlen[1] = plen + u64_to_dec(next_key(w, *is_set), key + plen);
+    argv[2] = w->b->value;
+    argvlen[2] = cfg->data_size;
+    return *is_set ? 3 : 2;
+}
+
+/* --rate-limiting: request k of thread i is due at start + (k + i/threads)/R,
+ * so the threads' schedules interleave instead of firing together. */
+static uint64_t due_ns(const worker *w, uint64_t k)
+{
+    const config *cfg = w->b->cfg;
+    double at = ((double)k + (double)w->index / (double)cfg->threads) * 1e9 / (double)cfg->rate;
+
+    return w->b->start_ns + (uint64_t)at;
+}
+
+/* Sleeps until t, checking the stop flag every SLEEP_SLICE_NS. false if the
+ * run stopped first. */
+static bool sleep_until(bench *b, uint64_t t)
+{
+    for (;;) {
+        uint64_t now = now_ns();
+        struct timespec ts;
+
+        if (atomic_load_explicit(&b->stop, memory_order_relaxed))
+            return false;
+        if (now >= t)
+            return true;
+        ts = ns_to_timespec(t - now > SLEEP_SLICE_NS ? now + SLEEP_SLICE_NS : t);
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+            ;
+    }
+}
+
+/* Adds the worker's histogram of second cur_sec to the run's series. */
+static void series_flush(worker *w)
+{
+    bench *b = w->b;
+
+    if (w->cur_h.count == 0)
+        return;
+    pthread_mutex_lock(&b->series_mu);
+    if (w->cur_sec >= MAX_SERIES) {
+        b->series_truncated = true;
+    } else {
+        if (w->cur_sec >= b->series_n) {
+            size_t n = b->series_n * 2 > w->cur_sec + 1 ? b->series_n * 2 : w->cur_sec + 16;
+            hist *grown;
+
+            if (n > MAX_SERIES)
+                n = MAX_SERIES;
+            grown = realloc(b->series, n * sizeof(*grown));
+            if (grown) {
+                size_t i;
+
+                for (i = b->series_n; i < n; i++)
+                    hist_init(&grown[i]);
+                b->series = grown;
+                b->series_n = n;
+            }
+        }
+        if (w->cur_sec < b->series_n)
+            hist_merge(&b->series[w->cur_sec], &w->cur_h);
+        else
+            b->series_truncated = true; /* out of memory */
+    }
+    pthread_mutex_unlock(&b->series_mu);
+    hist_init(&w->cur_h);
+}
+
+/* Records one finished request (on the worker's own thread). */
+static void account(worker *w, bool is_set, int outcome, uint64_t lat_ns, uint64_t t_done,
+                    size_t bytes)
+{
+    uint64_t sec = t_done > w->b->start_ns ? (t_done - w->b->start_ns) / 1000000000u : 0;
+
+    if (is_set) {
+        hist_record(&w->set_h, lat_ns);
+        w->set_ops++;
+        w->set_bytes += bytes;
+    } else {
+        hist_record(&w->get_h, lat_ns);
+        w->get_ops++;
+        w->get_bytes += bytes;
+        w->hits += outcome == OUT_HIT;
+        w->misses += outcome == OUT_MISS;
+    }
+    if (sec > w->cur_sec) {
+        series_flush(w);
+        w->cur_sec = sec;
+    }
+    hist_record(&w->cur_h, lat_ns);
+    w->lat_sum += lat_ns;
+    atomic_store_explicit(&w->lat_sum_ns, w->lat_sum, memory_order_relaxed);
+    atomic_store_explicit(&w->done, w->set_ops + w->get_ops, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------ sync mode */
+
+static void run_sync(worker *w)
 {
     bench *b = w->b;
     const config *cfg = b->cfg;
-    size_t plen = strlen(cfg->key_prefix);
-    char *key = malloc(plen + 21);
-    uint64_t rng = rng_seed(w->index);
-    uint64_t range = cfg->key_max - cfg->key_min + 1; /* key_max < UINT64_MAX */
-    uint64_t limit = cfg->requests, n = 0;
-    unsigned ratio_sum = cfg->ratio_set + cfg->ratio_get;
+    char *key = malloc(strlen(cfg->key_prefix) + 21);
     bool classic = cfg->client == CLIENT_CLASSIC;
     const char *argv[3];
     size_t argvlen[3];
+    uint64_t k;
 
     if (!key) {
         note_error(w, "out of memory");
         return;
     }
-    memcpy(key, cfg->key_prefix, plen);
-    argv[1] = key;
-    argv[2] = b->value;
-    argvlen[2] = cfg->data_size;
-
-    while (!atomic_load_explicit(&b->stop, memory_order_relaxed)) {
-        uint64_t keynum, t0, t1;
+    for (k = 0; !cfg->requests || k < cfg->requests; k++) {
+        uint64_t due = 0, t0, t1;
+        size_t rbytes = 0;
         bool is_set;
-        int argc;
+        int argc, out;
 
-        if (limit && n >= limit)
+        if (atomic_load_explicit(&b->stop, memory_order_relaxed))
             break;
-        keynum = cfg->key_min + rng_next(&rng) % range;
-        is_set = rng_next(&rng) % ratio_sum < cfg->ratio_set;
-        argvlen[1] = plen + u64_to_dec(keynum, key + plen);
-        if (is_set) {
-            argv[0] = "SET";
-            argvlen[0] = 3;
-            argc = 3;
-        } else {
-            argv[0] = "GET";
-            argvlen[0] = 3;
-            argc = 2;
-        }
-
+        argc = build_request(w, &is_set, key, argv, argvlen);
+        if (cfg->rate && !sleep_until(b, due = due_ns(w, k)))
+            break;
         t0 = now_ns();
         if (classic && b->map)
-            request_classic_cluster(w, is_set, argc, argv, argvlen);
+            out = request_classic_cluster(w, is_set, argc, argv, argvlen, &rbytes);
         else if (classic)
-            request_classic(w, is_set, argc, argv, argvlen);
+            out = request_classic(w, is_set, argc, argv, argvlen, &rbytes);
         else
-            request_rcpipe(w, is_set, argc, argv, argvlen);
+            out = request_rcpipe(w, is_set, argc, argv, argvlen, &rbytes);
         t1 = now_ns();
-
-        if (is_set) {
-            hist_record(&w->set_h, t1 - t0);
-            w->set_ops++;
-        } else {
-            hist_record(&w->get_h, t1 - t0);
-            w->get_ops++;
-        }
-        n++;
-        atomic_store_explicit(&w->done, n, memory_order_relaxed);
+        account(w, is_set, out, t1 - (cfg->rate ? due : t0), t1,
+                resp_request_bytes(argc, argvlen) + rbytes);
         if (w->broken)
             break;
     }
     free(key);
+}
+
+/* ------------------------------------------ async and pipeline (rcpipe) */
+
+/* On an I/O thread: note the result, hand the slot back, wake the worker
+ * only if it sleeps for want of a free slot. */
+static void on_resolve(rcp_future *f, rcp_reply *reply)
+{
+    req *r = f->data;
+    worker *w = r->w;
+    req *head;
+
+    r->t_done = now_ns();
+    r->outcome = judge_rcpipe(r->is_set, reply, r->err, sizeof(r->err), &r->reply_bytes);
+    head = atomic_load(&w->done_head);
+    do
+        r->next = head;
+    while (!atomic_compare_exchange_weak(&w->done_head, &head, r));
+    if (atomic_load(&w->sleeping) && atomic_exchange(&w->sleeping, 0))
+        sem_post(&w->sem);
+}
+
+/* Accounts every completed request and frees its slot; returns how many. */
+static unsigned reap(worker *w)
+{
+    req *r = atomic_exchange(&w->done_head, NULL);
+    unsigned n = 0;
+
+    while (r) {
+        req *next = r->next;
+
+        account(w, r->is_set, r->outcome, r->t_done > r->t_start ? r->t_done - r->t_start : 0,
+                r->t_done, r->req_bytes + r->reply_bytes);
+        if (r->outcome == OUT_ERR)
+            note_error(w, "%s", r->err);
+        w->free_list[w->nfree++] = (unsigned)(r - w->reqs);
+        w->inflight--;
+        n++;
+        r = next;
+    }
+    return n;
+}
+
+/* Blocks until at least one request has completed (some are in flight).
+ * The callback posts only when it sees `sleeping`, so a worker that keeps
+ * finding completions never makes a syscall. */
+static void wait_completion(worker *w)
+{
+    if (atomic_load(&w->done_head))
+        return;
+    atomic_store(&w->sleeping, 1);
+    if (atomic_load(&w->done_head) && atomic_exchange(&w->sleeping, 0))
+        return; /* no callback saw the flag: nothing was posted */
+    w->sleeps++;
+    while (sem_wait(&w->sem) != 0 && errno == EINTR)
+        ;
+}
+
+/* Takes a free slot, builds and sends the next request on it; t_start is
+ * its latency base. false if the send was refused (accounted as an error). */
+static bool send_next(worker *w, char *key, uint64_t t_start)
+{
+    bench *b = w->b;
+    unsigned idx = w->free_list[--w->nfree];
+    req *r = &w->reqs[idx];
+    const char *argv[3];
+    size_t argvlen[3];
+    int argc = build_request(w, &r->is_set, key, argv, argvlen);
+    int rc;
+
+    r->req_bytes = resp_request_bytes(argc, argvlen);
+    r->t_start = t_start ? t_start : now_ns();
+    r->f.resolve = on_resolve;
+    r->f.data = r;
+    r->f.timeout_ms = 0;
+    w->inflight++;
+    rc = b->cluster ? rcp_cluster_send_argv(b->cluster, &r->f, argc, argv, argvlen)
+                    : rcp_conn_send_argv(b->conn, &r->f, argc, argv, argvlen);
+    if (rc != RCP_OK) {
+        uint64_t t = now_ns();
+
+        note_error(w, "%s: send refused: %s", argv[0], rcp_strerror(rc));
+        w->inflight--;
+        w->free_list[w->nfree++] = idx;
+        account(w, r->is_set, OUT_ERR, t - r->t_start, t, r->req_bytes);
+        return false;
+    }
+    return true;
+}
+
+/* Async mode keeps async_depth requests in flight; pipeline mode sends
+ * `pipeline` requests back to back and waits for all of them. */
+static void run_async(worker *w)
+{
+    bench *b = w->b;
+    const config *cfg = b->cfg;
+    char *key = malloc(strlen(cfg->key_prefix) + 21);
+    unsigned depth = cfg->async_depth ? cfg->async_depth : cfg->pipeline;
+    uint64_t k = 0;
+
+    if (!key) {
+        note_error(w, "out of memory");
+        return;
+    }
+    for (;;) {
+        reap(w);
+        if (atomic_load_explicit(&b->stop, memory_order_relaxed) ||
+            (cfg->requests && k >= cfg->requests))
+            break;
+        if (cfg->async_depth) {
+            uint64_t due = 0;
+
+            if (w->nfree == 0) {
+                wait_completion(w);
+                continue;
+            }
+            if (cfg->rate && !sleep_until(b, due = due_ns(w, k)))
+                break;
+            send_next(w, key, due);
+            k++;
+        } else {
+            uint64_t t_group = now_ns();
+            unsigned i, n = depth;
+
+            if (cfg->requests && cfg->requests - k < n)
+                n = (unsigned)(cfg->requests - k);
+            for (i = 0; i < n; i++)
+                send_next(w, key, t_group);
+            k += n;
+            while (w->inflight) {
+                wait_completion(w);
+                reap(w);
+            }
+        }
+    }
+    while (w->inflight) {
+        wait_completion(w);
+        reap(w);
+    }
+    free(key);
+}
+
+/* ------------------------------------------ explicit pipeline (classic) */
+
+/* Appends every request of the group to its connection (its master's in
+ * cluster mode), then reads the replies in order. A redirected request is
+ * finished alone with request_classic_cluster. */
+static void run_pipeline_classic(worker *w)
+{
+    bench *b = w->b;
+    const config *cfg = b->cfg;
+    size_t klen = strlen(cfg->key_prefix) + 21;
+    uint64_t k = 0;
+
+    while (!w->broken && !atomic_load_explicit(&b->stop, memory_order_relaxed) &&
+           (!cfg->requests || k < cfg->requests)) {
+        uint64_t t_group = now_ns();
+        unsigned i, n = cfg->pipeline;
+
+        if (cfg->requests && cfg->requests - k < n)
+            n = (unsigned)(cfg->requests - k);
+        for (i = 0; i < n; i++) {
+            req *r = &w->reqs[i];
+            const char *argv[3];
+            size_t argvlen[3];
+            int argc;
+            redisContext *rc = w->rc;
+
+            r->key = w->keys + i * klen;
+            argc = build_request(w, &r->is_set, r->key, argv, argvlen);
+            r->keylen = argvlen[1];
+            r->req_bytes = resp_request_bytes(argc, argvlen);
+            r->node = 0;
+            if (b->map) {
+                r->node = slotmap_node_of(b->map, rcp_keyslot(r->key, r->keylen));
+                rc = r->node < 0 || w->broken ? NULL : classic_node_conn(w, r->node);
+                if (r->node < 0)
+                    note_error(w, "%s: slot not served by any node", argv[0]);
+            }
+            if (rc && redisAppendCommandArgv(rc, argc, argv, argvlen) != REDIS_OK) {
+                note_error(w, "out of memory");
+                rc = NULL;
+            }
+            r->outcome = rc ? OUT_OK : OUT_ERR; /* OUT_ERR: never appended */
+        }
+        for (i = 0; i < n; i++) {
+            req *r = &w->reqs[i];
+            redisContext *rc = b->map ? (r->node >= 0 ? w->conns[r->node] : NULL) : w->rc;
+            void *vr = NULL;
+            redisReply *rep;
+            size_t rbytes = 0;
+            int out = OUT_ERR;
+            uint64_t t;
+
+            if (r->outcome != OUT_ERR && !w->broken) {
+                if (redisGetReply(rc, &vr) != REDIS_OK) {
+                    note_error(w, "%s: connection error: %s", r->is_set ? "SET" : "GET",
+                               rc->errstr);
+                    w->broken = true;
+                } else {
+                    bool ask;
+                    unsigned rslot;
+                    char host[256], err[256];
+                    int port;
+
+                    rep = vr;
+                    if (b->map && rep->type == REDIS_REPLY_ERROR &&
+                        slotmap_parse_redirect(b->map, rep->str, rep->len, &ask, &rslot, host,
+                                               sizeof(host), &port)) {
+                        freeReplyObject(rep);
+                        if (ask)
+                            w->ask++;
+                        else
+                            w->moved++;
+                        if (!ask && slotmap_moved(b->map, rslot, host, port, err,
+                                                  sizeof(err)) < 0) {
+                            note_error(w, "after MOVED: %s", err);
+                        } else {
+                            r->node = -2; /* redone below, once the group is read */
+                            continue;
+                        }
+                    } else {
+                        out = classic_judge(w, r->is_set, rep, &rbytes);
+                    }
+                }
+            }
+            t = now_ns();
+            account(w, r->is_set, out, t - t_group, t, r->req_bytes + rbytes);
+        }
+        for (i = 0; i < n && !w->broken; i++) {
+            req *r = &w->reqs[i];
+            const char *argv[3] = {r->is_set ? "SET" : "GET", r->key, b->value};
+            size_t argvlen[3] = {3, r->keylen, cfg->data_size};
+            size_t rbytes = 0;
+            int out;
+            uint64_t t;
+
+            if (r->node != -2)
+                continue;
+            out = request_classic_cluster(w, r->is_set, r->is_set ? 3 : 2, argv, argvlen,
+                                          &rbytes);
+            t = now_ns();
+            account(w, r->is_set, out, t - t_group, t, r->req_bytes + rbytes);
+        }
+        k += n;
+    }
+}
+
+static void run_requests(worker *w)
+{
+    const config *cfg = w->b->cfg;
+
+    if (cfg->pipeline > 1 && cfg->client == CLIENT_CLASSIC)
+        run_pipeline_classic(w);
+    else if (cfg->pipeline > 1 || cfg->async_depth)
+        run_async(w);
+    else
+        run_sync(w);
+    series_flush(w);
 }
 
 static void *worker_main(void *arg)
@@ -983,6 +1570,23 @@ static void *worker_main(void *arg)
         w->rc = hiredis_connect(b->cfg, w->first_error, sizeof(w->first_error));
         if (!w->rc)
             w->connect_failed = true;
+    }
+    if (b->cfg->async_depth || b->cfg->pipeline > 1) {
+        unsigned depth = b->cfg->async_depth ? b->cfg->async_depth : b->cfg->pipeline, i;
+
+        w->reqs = calloc(depth, sizeof(*w->reqs));
+        w->free_list = calloc(depth, sizeof(*w->free_list));
+        w->keys = malloc(depth * (strlen(b->cfg->key_prefix) + 21));
+        if (!w->reqs || !w->free_list || !w->keys) {
+            snprintf(w->first_error, sizeof(w->first_error), "out of memory");
+            w->connect_failed = true;
+        } else {
+            for (i = 0; i < depth; i++) {
+                w->reqs[i].w = w;
+                w->free_list[depth - 1 - i] = i;
+            }
+            w->nfree = depth;
+        }
     }
     pthread_barrier_wait(&b->ready); /* every connection is up */
     pthread_barrier_wait(&b->go);    /* the "before" snapshot is taken */
@@ -1041,39 +1645,88 @@ typedef struct results {
     bool cl_ok;                  /* rcpipe: cluster counters available */
     rcp_cluster_stats cl;        /* rcpipe: deltas over the timed phase */
     uint64_t moved, ask, refreshes; /* classic: the bench's own; rcpipe: from cl */
+    uint64_t hits, misses, set_bytes, get_bytes;
+    uint64_t allocs;             /* --count-allocs: library allocations in the run */
+    uint64_t sleeps;             /* async/pipeline: waits for a completion */
+    const hist *series;          /* per second */
+    size_t series_len;           /* seconds to report */
+    size_t series_n;             /* of them, in series[] */
+    bool series_truncated;
 } results;
+
+static const char *mode_name(const config *cfg)
+{
+    return cfg->async_depth ? "async" : cfg->pipeline > 1 ? "pipeline" : "sync";
+}
 
 static double ratio_or_nan(double num, double den)
 {
     return den > 0 ? num / den : NAN;
 }
 
-static void print_row(const char *name, const hist *h, uint64_t ops, double elapsed)
+/* One "---" or a number of ALL STATS, width w. */
+static void cell(int w, bool have, double v, int prec)
 {
-    printf("%-8s %14.2f ", name, elapsed > 0 ? (double)ops / elapsed : 0.0);
-    if (h->count == 0) {
-        printf("%14s %14s %14s %14s\n", "---", "---", "---", "---");
-        return;
-    }
-    printf("%14.5f %14.5f %14.5f %14.5f\n", hist_mean(h) / 1e6,
-           (double)hist_percentile(h, 50.0) / 1e6, (double)hist_percentile(h, 99.0) / 1e6,
-           (double)hist_percentile(h, 99.9) / 1e6);
+    if (have && isfinite(v))
+        printf(" %*.*f", w, prec, v);
+    else
+        printf(" %*s", w, "---");
+}
+
+static void print_row(const char *name, const hist *h, uint64_t ops, bool gets, uint64_t hits,
+                      uint64_t misses, uint64_t bytes, const results *r, bool totals,
+                      bool lib)
+{
+    double el = r->elapsed_s > 0 ? r->elapsed_s : NAN;
+
+    printf("%-8s", name);
+    cell(12, true, (double)ops / el, 2);
+    cell(12, gets, (double)hits / el, 2);
+    cell(12, gets, (double)misses / el, 2);
+    cell(15, h->count > 0, hist_mean(h) / 1e6, 5);
+    cell(15, h->count > 0, (double)hist_percentile(h, 50.0) / 1e6, 5);
+    cell(15, h->count > 0, (double)hist_percentile(h, 99.0) / 1e6, 5);
+    cell(15, h->count > 0, (double)hist_percentile(h, 99.9) / 1e6, 5);
+    cell(12, true, (double)bytes / 1024.0 / el, 2);
+    cell(14, totals && r->server_ok, r->server_cpu_us_per_op, 3);
+    cell(14, totals, r->client_cpu_us_per_op, 3);
+    cell(11, totals && lib, r->commands_per_write, 2);
+    printf("\n");
 }
 
 static void print_results(const config *cfg, const results *r)
 {
     static const char rule[] =
+        "=============================================================================="
+        "===========================================================================";
+    static const char dash[] =
+        "------------------------------------------------------------------------------"
         "---------------------------------------------------------------------------";
+    bool lib = r->lib_ok;
 
-    printf("%s\n", rule);
-    printf("%-8s %14s %14s %14s %14s %14s\n", "Type", "Ops/sec", "Avg. Latency",
-           "p50 Latency", "p99 Latency", "p99.9 Latency");
-    printf("%-8s %14s %14s %14s %14s %14s\n", "", "", "(msec)", "(msec)", "(msec)", "(msec)");
-    printf("%s\n", rule);
-    print_row("Sets", r->sets, r->set_ops, r->elapsed_s);
-    print_row("Gets", r->gets, r->get_ops, r->elapsed_s);
-    print_row("Totals", r->all, r->ops, r->elapsed_s);
-    printf("%s\n", rule);
+    printf("\nALL STATS\n");
+    printf("mode %s", mode_name(cfg));
+    if (cfg->async_depth)
+        printf(" (depth %u)", cfg->async_depth);
+    if (cfg->pipeline > 1)
+        printf(" (pipeline %u)", cfg->pipeline);
+    printf(", client %s, %u threads, key pattern %c:%c", cfg->client == CLIENT_RCPIPE ?
+           "rcpipe" : "classic", cfg->threads, cfg->key_pattern[0], cfg->key_pattern[1]);
+    if (cfg->rate)
+        printf(", rate limit %" PRIu64 " ops/sec per thread", cfg->rate);
+    printf("\n%s\n", rule);
+    printf("%-8s %12s %12s %12s %15s %15s %15s %15s %12s %14s %14s %11s\n", "Type", "Ops/sec",
+           "Hits/sec", "Misses/sec", "Avg. Latency", "p50 Latency", "p99 Latency",
+           "p99.9 Latency", "KB/sec", "Srv CPU us/op", "Cli CPU us/op", "Cmds/write");
+    printf("%-8s %12s %12s %12s %15s %15s %15s %15s %12s %14s %14s %11s\n", "", "", "", "",
+           "(msec)", "(msec)", "(msec)", "(msec)", "", "", "", "");
+    printf("%s\n", dash);
+    print_row("Sets", r->sets, r->set_ops, false, 0, 0, r->set_bytes, r, false, lib);
+    print_row("Gets", r->gets, r->get_ops, true, r->hits, r->misses, r->get_bytes, r, false,
+              lib);
+    print_row("Totals", r->all, r->ops, true, r->hits, r->misses, r->set_bytes + r->get_bytes,
+              r, true, lib);
+    printf("%s\n", dash);
     if (cfg->client == CLIENT_RCPIPE && r->cluster)
         printf("client               rcpipe, %u threads on one cluster handle, %zu node "
                "connections (io-threads %u, batch-delay-us %u, fast-path %s, read-policy %s)\n",
@@ -1093,6 +1746,18 @@ static void print_results(const config *cfg, const results *r)
         printf("cluster              %u masters, %u replicas\n", r->masters, r->replicas);
     printf("requests             %" PRIu64 " in %.3f s, errors %" PRIu64 "\n", r->ops,
            r->elapsed_s, r->errors);
+    printf("mode                 %s", mode_name(cfg));
+    if (cfg->async_depth)
+        printf(", %u requests in flight per thread", cfg->async_depth);
+    if (cfg->pipeline > 1)
+        printf(", groups of %u requests per thread", cfg->pipeline);
+    printf("\n");
+    if (cfg->rate)
+        printf("rate limit           offered %.0f ops/sec (%" PRIu64 " per thread), "
+               "achieved %.0f ops/sec; latency from the intended send time\n",
+               (double)cfg->rate * cfg->threads, cfg->rate,
+               ratio_or_nan((double)r->ops, r->elapsed_s));
+    printf("gets                 %" PRIu64 " hits, %" PRIu64 " misses\n", r->hits, r->misses);
     if (r->server_ok)
         printf("server CPU           %.3f us/op (%" PRIu64 " commands%s)\n",
                r->server_cpu_us_per_op, r->server_commands,
@@ -1116,6 +1781,13 @@ static void print_results(const config *cfg, const results *r)
                r->commands_per_write, r->lib.batches, r->lib.write_calls);
         printf("fast path            %.1f%% of requests\n", 100.0 * r->fast_path_fraction);
     }
+    if (cfg->client == CLIENT_RCPIPE && (cfg->async_depth || cfg->pipeline > 1))
+        printf("worker sleeps        %.3f /op (waits for a free slot or the group's replies; "
+               "one wake each)\n", ratio_or_nan((double)r->sleeps, (double)r->ops));
+    if (cfg->count_allocs)
+        printf("library allocations per request  %.3f (%" PRIu64 " malloc/calloc/realloc "
+               "calls; hiredis's reader is not hooked)\n",
+               ratio_or_nan((double)r->allocs, (double)r->ops), r->allocs);
 }
 
 static void json_num(FILE *f, const char *key, double v, bool last)
@@ -1131,10 +1803,25 @@ static void json_u64(FILE *f, const char *key, uint64_t v)
     fprintf(f, "  \"%s\": %" PRIu64 ",\n", key, v);
 }
 
-static void json_latency(FILE *f, const char *key, const hist *h, uint64_t ops, double elapsed)
+/* One ALL STATS row as an object. gets: hits/misses apply (else null). */
+static void json_latency(FILE *f, const char *key, const hist *h, uint64_t ops, double elapsed,
+                         bool gets, uint64_t hits, uint64_t misses, uint64_t bytes)
 {
+    double el = elapsed > 0 ? elapsed : NAN;
+
     fprintf(f, "  \"%s\": {\"ops\": %" PRIu64 ", \"ops_per_sec\": %.6g", key, ops,
             elapsed > 0 ? (double)ops / elapsed : 0.0);
+    if (gets && elapsed > 0)
+        fprintf(f, ", \"hits\": %" PRIu64 ", \"misses\": %" PRIu64
+                ", \"hits_per_sec\": %.6g, \"misses_per_sec\": %.6g", hits, misses,
+                (double)hits / el, (double)misses / el);
+    else
+        fprintf(f, ", \"hits_per_sec\": null, \"misses_per_sec\": null");
+    if (elapsed > 0)
+        fprintf(f, ", \"kb_per_sec\": %.6g, \"bytes\": %" PRIu64, (double)bytes / 1024.0 / el,
+                bytes);
+    else
+        fprintf(f, ", \"kb_per_sec\": null, \"bytes\": %" PRIu64, bytes);
     if (h->count)
         fprintf(f, ", \"avg_us\": %.6g, \"p50_us\": %.6g, \"p99_us\": %.6g, \"p999_us\": %.6g",
                 hist_mean(h) / 1e3, (double)hist_percentile(h, 50.0) / 1e3,
@@ -1190,8 +1877,61 @@ static bool write_json(const config *cfg, const results *r)
         fprintf(f, "  \"batch_delay_us\": %u,\n", r->batch_delay_us);
         fprintf(f, "  \"fast_path\": %s,\n", r->fast_path ? "true" : "false");
     }
-    json_latency(f, "sets", r->sets, r->set_ops, r->elapsed_s);
-    json_latency(f, "gets", r->gets, r->get_ops, r->elapsed_s);
+    json_latency(f, "sets", r->sets, r->set_ops, r->elapsed_s, false, 0, 0, r->set_bytes);
+    json_latency(f, "gets", r->gets, r->get_ops, r->elapsed_s, true, r->hits, r->misses,
+                 r->get_bytes);
+    json_latency(f, "totals", r->all, r->ops, r->elapsed_s, true, r->hits, r->misses,
+                 r->set_bytes + r->get_bytes);
+    fprintf(f, "  \"mode\": \"%s\",\n", mode_name(cfg));
+    fprintf(f, "  \"async_depth\": %u,\n", cfg->async_depth);
+    fprintf(f, "  \"pipeline\": %u,\n", cfg->pipeline);
+    json_num(f, "worker_sleeps_per_op",
+             cfg->client == CLIENT_RCPIPE && (cfg->async_depth || cfg->pipeline > 1)
+                 ? ratio_or_nan((double)r->sleeps, (double)r->ops)
+                 : NAN,
+             false);
+    if (cfg->rate) {
+        json_u64(f, "rate_limit_per_thread", cfg->rate);
+        json_num(f, "offered_ops_per_sec", (double)cfg->rate * cfg->threads, false);
+    } else {
+        fprintf(f, "  \"rate_limit_per_thread\": null,\n");
+        fprintf(f, "  \"offered_ops_per_sec\": null,\n");
+    }
+    fprintf(f, "  \"key_pattern\": \"%c:%c\",\n", cfg->key_pattern[0], cfg->key_pattern[1]);
+    json_num(f, "key_median", cfg->key_median, false);
+    json_num(f, "key_stddev", cfg->key_stddev, false);
+    fprintf(f, "  \"distinct_client_seed\": %s,\n", cfg->distinct_seed ? "true" : "false");
+    json_num(f, "allocs_per_op",
+             cfg->count_allocs ? ratio_or_nan((double)r->allocs, (double)r->ops) : NAN, false);
+    if (cfg->count_allocs)
+        json_u64(f, "allocs", r->allocs);
+    else
+        fprintf(f, "  \"allocs\": null,\n");
+    fprintf(f, "  \"series_truncated\": %s,\n", r->series_truncated ? "true" : "false");
+    fprintf(f, "  \"series\": [");
+    {
+        size_t k;
+
+        for (k = 0; k < r->series_len; k++) {
+            const hist *sh = k < r->series_n ? &r->series[k] : NULL;
+            uint64_t n = sh ? sh->count : 0;
+            double dur = r->elapsed_s - (double)k;
+
+            if (dur > 1.0)
+                dur = 1.0;
+            if (dur < 1e-3)
+                dur = 1e-3;
+            fprintf(f, "%s\n    {\"second\": %zu, \"ops\": %" PRIu64 ", \"ops_per_sec\": %.6g",
+                    k ? "," : "", k + 1, n, (double)n / dur);
+            if (n)
+                fprintf(f, ", \"p50_us\": %.6g, \"p99_us\": %.6g}",
+                        (double)hist_percentile(sh, 50.0) / 1e3,
+                        (double)hist_percentile(sh, 99.0) / 1e3);
+            else
+                fprintf(f, ", \"p50_us\": null, \"p99_us\": null}");
+        }
+    }
+    fprintf(f, "%s],\n", r->series_len ? "\n  " : "");
     json_u64(f, "errors", r->errors);
     fprintf(f, "  \"cluster\": %s,\n", r->cluster ? "true" : "false");
     if (r->cluster) {
@@ -1283,24 +2023,61 @@ static bool lib_snap_read(const bench *b, lib_snap *out)
 
 /* ------------------------------------------------------------------ main */
 
+/* --count-allocs: the library's malloc/calloc/realloc calls while the timed
+ * phase runs (relaxed atomics: a count, not an ordering). */
+static atomic_bool alloc_counting;
+static atomic_uint_fast64_t alloc_calls;
+
+static void count_alloc(void)
+{
+    if (atomic_load_explicit(&alloc_counting, memory_order_relaxed))
+        atomic_fetch_add_explicit(&alloc_calls, 1, memory_order_relaxed);
+}
+
+static void *count_malloc(size_t n)
+{
+    count_alloc();
+    return malloc(n);
+}
+
+static void *count_calloc(size_t n, size_t size)
+{
+    count_alloc();
+    return calloc(n, size);
+}
+
+static void *count_realloc(void *p, size_t n)
+{
+    count_alloc();
+    return realloc(p, n);
+}
+
 static void on_sigint(int sig)
 {
     (void)sig;
     interrupted = 1;
 }
 
-static uint64_t total_done(const bench *b)
+/* Requests completed so far; their summed latency (ns) in *lat if not NULL. */
+static uint64_t total_done(const bench *b, uint64_t *lat)
 {
-    uint64_t s = 0;
+    uint64_t s = 0, l = 0;
     unsigned i;
 
-    for (i = 0; i < b->cfg->threads; i++)
+    for (i = 0; i < b->cfg->threads; i++) {
+        l += atomic_load_explicit(&b->workers[i].lat_sum_ns, memory_order_relaxed);
         s += atomic_load_explicit(&b->workers[i].done, memory_order_relaxed);
+    }
+    if (lat)
+        *lat = l;
     return s;
 }
 
+/* memtier's progress line: ops so far, ops/sec in the last interval and on
+ * average, mean latency in the last interval and on average. */
 static void progress_line(const bench *b, uint64_t start, uint64_t now, uint64_t done,
-                          uint64_t last_done, uint64_t last_t, bool tty)
+                          uint64_t lat, uint64_t last_done, uint64_t last_lat, uint64_t last_t,
+                          bool tty)
 {
     const config *cfg = b->cfg;
     double el = (double)(now - start) / 1e9;
@@ -1308,14 +2085,16 @@ static void progress_line(const bench *b, uint64_t start, uint64_t now, uint64_t
     double pct = cfg->requests
                      ? 100.0 * (double)done / ((double)cfg->requests * cfg->threads)
                      : 100.0 * el / cfg->test_time_s;
+    uint64_t dn = done - last_done;
 
     if (pct > 100.0)
         pct = 100.0;
-    fprintf(stderr, "%s[RUN %3.0f%%, %4.0f secs] %u threads: %12" PRIu64
-            " ops, %10.0f (avg: %10.0f) ops/sec%s",
+    fprintf(stderr, "%s[RUN #1 %3.0f%%, %3.0f secs] %3u threads: %11" PRIu64
+            " ops, %9.0f (avg: %9.0f) ops/sec, %7.3f (avg: %7.3f) msec latency%s",
             tty ? "\r" : "", pct, el, cfg->threads, done,
-            dt > 0 ? (double)(done - last_done) / dt : 0.0, el > 0 ? (double)done / el : 0.0,
-            tty ? "" : "\n");
+            dt > 0 ? (double)dn / dt : 0.0, el > 0 ? (double)done / el : 0.0,
+            dn ? (double)(lat - last_lat) / (double)dn / 1e6 : 0.0,
+            done ? (double)lat / (double)done / 1e6 : 0.0, tty ? "   " : "\n");
     fflush(stderr);
 }
 
@@ -1329,7 +2108,7 @@ static bool supervise(bench *b, uint64_t start)
     bool tty = isatty(STDERR_FILENO);
     uint64_t deadline = cfg->requests ? UINT64_MAX
                                       : start + (uint64_t)(cfg->test_time_s * 1e9);
-    uint64_t next_tick = start + 1000000000u, last_t = start, last_done = 0;
+    uint64_t next_tick = start + 1000000000u, last_t = start, last_done = 0, last_lat = 0;
     uint64_t stopped_at = 0, seen_done = 0, seen_at = start;
     bool printed = false, hung = false;
 
@@ -1358,7 +2137,7 @@ static bool supervise(bench *b, uint64_t start)
             }
         }
         {
-            uint64_t d = total_done(b);
+            uint64_t d = total_done(b, NULL);
 
             if (d != seen_done) {
                 seen_done = d;
@@ -1372,13 +2151,14 @@ static bool supervise(bench *b, uint64_t start)
         }
         if (now >= next_tick) {
             if (cfg->progress && b->finished < cfg->threads) {
-                uint64_t done = total_done(b);
+                uint64_t lat, done = total_done(b, &lat);
 
                 pthread_mutex_unlock(&b->mu);
-                progress_line(b, start, now, done, last_done, last_t, tty);
+                progress_line(b, start, now, done, lat, last_done, last_lat, last_t, tty);
                 pthread_mutex_lock(&b->mu);
                 printed = true;
                 last_done = done;
+                last_lat = lat;
                 last_t = now;
             }
             while (next_tick <= now)
@@ -1404,7 +2184,7 @@ static _Noreturn void report_hang(bench *b)
     fprintf(stderr, PROG ": %u of %u threads stuck inside a request (they %s for %d s); "
             "giving up (%s hang?)\n", stuck, cfg->threads, hang_reason, STOP_GRACE_S,
             cfg->client == CLIENT_RCPIPE ? "library" : "server");
-    fprintf(stderr, PROG ": %" PRIu64 " requests completed in all\n", total_done(b));
+    fprintf(stderr, PROG ": %" PRIu64 " requests completed in all\n", total_done(b, NULL));
     if (b->conn || b->cluster) {
         lib_snap ls;
         const rcp_conn_stats *st = &ls.conn;
@@ -1463,6 +2243,12 @@ int main(int argc, char **argv)
     struct sigaction sa;
 
     parse_args(&cfg, argc, argv);
+    if (cfg.count_allocs) { /* before any other rcpipe call */
+        static const rcp_allocator counting = {count_malloc, count_calloc, count_realloc, free};
+
+        if (rcp_set_allocator(&counting) != RCP_OK)
+            die_run("rcp_set_allocator failed");
+    }
 
     signal(SIGPIPE, SIG_IGN); /* hiredis writes with plain write() */
     memset(&sa, 0, sizeof(sa));
@@ -1560,6 +2346,7 @@ int main(int argc, char **argv)
         }
     }
 
+    pthread_mutex_init(&b.series_mu, NULL);
     b.workers = calloc(cfg.threads, sizeof(*b.workers));
     if (!b.workers)
         die_run("out of memory");
@@ -1582,8 +2369,21 @@ int main(int argc, char **argv)
         w->b = &b;
         w->index = i;
         atomic_init(&w->done, 0);
+        atomic_init(&w->lat_sum_ns, 0);
+        atomic_init(&w->done_head, NULL);
+        atomic_init(&w->sleeping, 0);
         hist_init(&w->set_h);
         hist_init(&w->get_h);
+        hist_init(&w->cur_h);
+        w->rng = rng_seed(i ^ cfg.run_seed);
+        {
+            uint64_t range = cfg.key_max - cfg.key_min + 1;
+
+            w->seq_off = range >= cfg.threads ? range / cfg.threads * i : i % range;
+        }
+        if (sem_init(&w->sem, 0, 0) != 0)
+            die_run("sem_init failed: %s", strerror(errno));
+        w->sem_ok = true;
         rc = pthread_create(&w->tid, &ta, worker_main, w);
         if (rc != 0)
             /* The barriers count on every thread: no clean way back. */
@@ -1611,6 +2411,8 @@ int main(int argc, char **argv)
         stats_ok = false;
     u0 = usage_now();
     start = now_ns();
+    b.start_ns = start;
+    atomic_store(&alloc_counting, cfg.count_allocs);
     pthread_barrier_wait(&b.go);
 
     if (!supervise(&b, start))
@@ -1621,6 +2423,8 @@ int main(int argc, char **argv)
         if (b.workers[i].end_ns > end)
             end = b.workers[i].end_ns;
     }
+    atomic_store(&alloc_counting, false);
+    res.allocs = atomic_load(&alloc_calls);
 
     if (connect_failures) {
         for (i = 0; i < cfg.threads; i++)
@@ -1668,6 +2472,11 @@ int main(int argc, char **argv)
         res.set_ops += w->set_ops;
         res.get_ops += w->get_ops;
         res.errors += w->errors;
+        res.hits += w->hits;
+        res.sleeps += w->sleeps;
+        res.misses += w->misses;
+        res.set_bytes += w->set_bytes;
+        res.get_bytes += w->get_bytes;
         if (w->first_error[0] && printed_errors < 5) {
             fprintf(stderr, PROG ": thread %u: %" PRIu64 " errors, first: %s\n", i, w->errors,
                     w->first_error);
@@ -1681,6 +2490,16 @@ int main(int argc, char **argv)
     res.gets = &gets;
     res.ops = res.set_ops + res.get_ops;
     res.elapsed_s = (double)(end - start) / 1e9;
+    res.series = b.series;
+    res.series_n = b.series_n;
+    res.series_truncated = b.series_truncated;
+    res.series_len = res.elapsed_s > 1e-3 ? (size_t)ceil(res.elapsed_s - 1e-3) : 0;
+    if (res.series_len > MAX_SERIES)
+        res.series_len = MAX_SERIES;
+    /* Requests finished in the last fraction of a millisecond count in the
+     * last whole second rather than in a second of their own. */
+    for (i = (unsigned)res.series_len; res.series_len && i < b.series_n; i++)
+        hist_merge(&b.series[res.series_len - 1], &b.series[i]);
     if (res.server_ok) {
         res.server_commands = si1.commands - si0.commands;
         res.master_cpu_us = ((si1.cpu_user + si1.cpu_sys) - (si0.cpu_user + si0.cpu_sys)) * 1e6;
@@ -1771,6 +2590,18 @@ int main(int argc, char **argv)
     }
     rcp_conn_close(b.conn);
     rcp_cluster_close(b.cluster);
+    /* Only now: a callback may still be returning until the handle is closed. */
+    for (i = 0; i < cfg.threads; i++) {
+        worker *w = &b.workers[i];
+
+        if (w->sem_ok)
+            sem_destroy(&w->sem);
+        free(w->reqs);
+        free(w->free_list);
+        free(w->keys);
+    }
+    free(b.series);
+    pthread_mutex_destroy(&b.series_mu);
     if (map) {
         slotmap_destroy(map);
         free(map);

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Smoke test of rcp-bench (meson test --suite bench): so the tool cannot rot.
+#
+#   smoke.sh PATH/TO/rcp-bench
+#
+# Starts one redis-server (tests/scripts/redis-node.sh) and a 3-master,
+# 0-replica cluster (tests/scripts/cluster.sh), runs the tool for a fraction
+# of a second in every mode (sync rcpipe and classic, --async-depth,
+# --pipeline, --rate-limiting, key patterns, --count-allocs) on both, and
+# checks: exit 0, "ALL STATS" printed, the JSON parses, ops > 0, errors 0,
+# hits + misses == gets, the mode and the keys each option adds. Then checks
+# with DBSIZE that the key patterns and seeds choose the keys they promise,
+# and that bad options exit 2. Both servers are stopped on exit.
+#
+# This measures nothing: the runs are too short and the machine is shared.
+set -euo pipefail
+
+BENCH=${1:?usage: smoke.sh PATH/TO/rcp-bench}
+HERE=$(cd "$(dirname "$0")" && pwd)
+SCRIPTS=$HERE/../tests/scripts
+REDIS_CLI=${REDIS_CLI:-redis-cli}
+T=${SMOKE_TEST_TIME:-0.6}
+
+tmp=$(mktemp -d -t rcp-bench-smoke.XXXXXX)
+node_pid="" node_dir="" cl_dir=""
+cleanup() {
+    if [ -n "$node_pid" ]; then "$SCRIPTS/redis-node.sh" stop "$node_pid" "$node_dir" || true; fi
+    if [ -n "$cl_dir" ]; then "$SCRIPTS/cluster.sh" stop "$cl_dir" >/dev/null 2>&1 || true; fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "smoke: FAIL: $*" >&2
+    exit 1
+}
+
+"$SCRIPTS/redis-node.sh" start >"$tmp/node"
+read -r node_port node_pid node_dir <"$tmp/node"
+[ -n "$node_dir" ] || fail "redis-node.sh start printed '$(cat "$tmp/node")'"
+cl_dir=$tmp/cluster
+seed=$("$SCRIPTS/cluster.sh" start --masters 3 --replicas 0 --dir "$cl_dir" 2>"$tmp/cluster.log") ||
+    fail "cluster.sh start: $(cat "$tmp/cluster.log")"
+single=127.0.0.1:$node_port
+echo "smoke: node $single, cluster seed $seed"
+
+runs=0
+# run NAME EXPECTED_MODE [rcp-bench options...]: one short run, checked.
+run() {
+    local name=$1 mode=$2 out=$tmp/run.txt json=$tmp/run.json rc=0
+    shift 2
+    runs=$((runs + 1))
+    rm -f "$json"
+    "$BENCH" -t 3 --key-maximum 999 --test-time "$T" --json-out-file "$json" "$@" \
+        >"$out" 2>"$tmp/run.err" || rc=$?
+    if [ "$rc" != 0 ]; then
+        cat "$out" "$tmp/run.err" >&2
+        fail "$name: exit $rc ($*)"
+    fi
+    grep -q '^ALL STATS$' "$out" || fail "$name: no ALL STATS table"
+    grep -q '^Totals ' "$out" || fail "$name: no Totals row"
+    python3 - "$json" "$name" "$mode" "$*" <<'PY' || fail "$name: JSON check ($*)"
+import json, sys
+path, name, mode, args = sys.argv[1:5]
+with open(path) as f:
+    d = json.load(f)
+def check(cond, what):
+    if not cond:
+        sys.exit(f"smoke: {name}: {what}")
+for k in ("client", "threads", "ops_per_sec", "p50_us", "p99_us", "server_cpu_us_per_op",
+          "sets", "gets", "totals", "series", "mode", "async_depth", "pipeline",
+          "rate_limit_per_thread", "offered_ops_per_sec", "key_pattern", "allocs_per_op"):
+    check(k in d, f"key {k} missing")
+check(d["ops"] > 0, "no request completed")
+check(d["errors"] == 0, f"{d['errors']} errors")
+check(d["mode"] == mode, f"mode {d['mode']}, expected {mode}")
+g, s, t = d["gets"], d["sets"], d["totals"]
+check(g["hits"] + g["misses"] == g["ops"], f"hits {g['hits']} + misses {g['misses']} != gets {g['ops']}")
+check(s["ops"] + g["ops"] == t["ops"] == d["ops"], "sets + gets != totals")
+check(t["kb_per_sec"] > 0, "no bytes counted")
+check(sum(x["ops"] for x in d["series"]) == d["ops"], "the series does not add up to ops")
+if "--rate-limiting" in args:
+    check(d["offered_ops_per_sec"] == d["rate_limit_per_thread"] * d["threads"], "offered rate")
+else:
+    check(d["offered_ops_per_sec"] is None, "offered rate without --rate-limiting")
+if "--count-allocs" in args:
+    check(d["allocs_per_op"] is not None and d["allocs_per_op"] >= 0, "allocs_per_op missing")
+else:
+    check(d["allocs_per_op"] is None, "allocs_per_op without --count-allocs")
+if "--preload" in args:
+    check(g["misses"] == 0, f"{g['misses']} GETs missed right after --preload")
+if d["cluster"]:
+    check(d["cluster_masters"] == 3, "expected 3 masters")
+PY
+}
+
+for target in "$single" "$seed"; do
+    run "sync rcpipe ($target)" sync -s "$target" --preload
+    run "sync classic ($target)" sync -s "$target" --client classic
+    run "async 16 ($target)" async -s "$target" --async-depth 16
+    run "pipeline 8 rcpipe ($target)" pipeline -s "$target" --pipeline 8
+    run "pipeline 8 classic ($target)" pipeline -s "$target" --pipeline 8 --client classic
+    run "rate limited sync ($target)" sync -s "$target" --rate-limiting 300
+    run "rate limited async ($target)" async -s "$target" --rate-limiting 300 --async-depth 4
+    run "key patterns S:G ($target)" sync -s "$target" --key-pattern S:G --ratio 1:1
+    run "count allocs ($target)" async -s "$target" --count-allocs --async-depth 8
+done
+run "cluster mode forced" sync -s "$seed" --cluster-mode --key-pattern G
+
+# Key choice, counted with DBSIZE on the single node (SETs only, one thread).
+dbsize() { "$REDIS_CLI" -h 127.0.0.1 -p "$node_port" dbsize; }
+flush() { "$REDIS_CLI" -h 127.0.0.1 -p "$node_port" flushall >/dev/null; }
+sets() { "$BENCH" -s "$single" -t 1 --ratio 1:0 "$@" >/dev/null 2>&1 || fail "sets $*"; }
+
+flush
+sets -n 300 --key-minimum 0 --key-maximum 299 --key-pattern S
+[ "$(dbsize)" = 300 ] || fail "--key-pattern S: 300 SETs over 300 keys made $(dbsize) keys, not 300"
+flush
+sets -n 300 --key-minimum 0 --key-maximum 999999 --key-pattern G --key-stddev 5
+n=$(dbsize)
+[ "$n" -le 60 ] || fail "--key-pattern G with stddev 5: $n distinct keys of 300 SETs (expected <= 60)"
+flush
+sets -n 300 --key-minimum 0 --key-maximum 999999 --key-pattern R
+n=$(dbsize)
+[ "$n" -ge 290 ] || fail "--key-pattern R: only $n distinct keys of 300 SETs over a million"
+sets -n 300 --key-minimum 0 --key-maximum 999999 --key-pattern R
+[ "$(dbsize)" = "$n" ] || fail "default seed: a second run chose other keys ($(dbsize) != $n)"
+sets -n 300 --key-minimum 0 --key-maximum 999999 --key-pattern R --distinct-client-seed
+m=$(dbsize)
+[ "$m" -ge $((n + 290)) ] || fail "--distinct-client-seed: the run chose the same keys ($m keys after, $n before)"
+
+# Bad options exit 2 (before any connection).
+bad() {
+    local rc=0
+    "$BENCH" -s "$single" "$@" >/dev/null 2>&1 || rc=$?
+    [ "$rc" = 2 ] || fail "'$*' exited $rc, expected 2"
+}
+bad --key-pattern Q
+bad --key-pattern R:Q
+bad --key-pattern RS
+bad --async-depth 0
+bad --pipeline 0
+bad --pipeline 4 --async-depth 4
+bad --async-depth 4 --client classic
+bad --count-allocs --client classic
+bad --rate-limiting 0
+bad --rate-limiting 100 --pipeline 4
+bad --key-stddev 0
+bad --key-median 5000 --key-maximum 100
+
+echo "smoke: OK ($runs runs, key choice and bad options checked)"
