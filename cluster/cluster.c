@@ -1530,32 +1530,46 @@ static rcp_reply *error_reply(int code, const char *why)
 
 /* A sync caller bound for a master: its own I/O on the first connection if
  * that is idle; else, if that one is busy with a single lone caller, on the
- * spare one if it is idle (made on first need); else NULL (the caller
- * queues on the first connection, where the loop batches it with the
- * others). */
+ * first spare if it is idle; else, if the spare too is busy with a lone
+ * caller, on the second spare (spares are made on first need); else NULL
+ * (the caller queues on the first connection, where the loop batches it
+ * with the others). */
 static rcp_reply *try_spare(struct rcp_cluster *cl, rcp__node *node, struct rcp_conn *conn,
                             const req *rq)
 {
-    struct rcp_conn *spare;
+    struct rcp_conn *prev = NULL;
     rcp_reply *r = rcp__conn_command_fast_only(conn, rq->buf, rq->len, remaining_ms(rq));
     if (r)
         return r;
-    /* Only a second lone caller goes to the spare: when the loop is
-     * driving batches here, joining the batch is cheaper for everyone. */
-    if (!rcp__conn_lone_busy(conn))
-        return NULL;
-    spare = rcp__cluster_pin(node, RCP__AS_SPARE);
-    if (!spare) {
-        pthread_mutex_lock(&cl->reg_mu);
-        if (!atomic_load(&node->conn[RCP__AS_SPARE]) && !atomic_load(&cl->closing) &&
-            atomic_load(&node->in_map))
-            node_connect(cl, node, RCP__AS_SPARE); /* used from the next request on */
-        pthread_mutex_unlock(&cl->reg_mu);
-        return NULL;
+    for (int role = RCP__AS_SPARE; role <= RCP__AS_SPARE2; role++) {
+        struct rcp_conn *spare;
+        /* Only another lone caller goes to a spare: when the loop is
+         * driving batches here, joining the batch is cheaper for everyone. */
+        int lone = rcp__conn_lone_busy(prev ? prev : conn);
+        if (prev)
+            unpin(prev);
+        prev = NULL;
+        if (!lone)
+            return NULL;
+        spare = rcp__cluster_pin(node, role);
+        if (!spare) {
+            pthread_mutex_lock(&cl->reg_mu);
+            if (!atomic_load(&node->conn[role]) && !atomic_load(&cl->closing) &&
+                atomic_load(&node->in_map))
+                node_connect(cl, node, role); /* used from the next request on */
+            pthread_mutex_unlock(&cl->reg_mu);
+            return NULL;
+        }
+        r = rcp__conn_command_fast_only(spare, rq->buf, rq->len, remaining_ms(rq));
+        if (r) {
+            unpin(spare);
+            return r;
+        }
+        prev = spare;
     }
-    r = rcp__conn_command_fast_only(spare, rq->buf, rq->len, remaining_ms(rq));
-    unpin(spare);
-    return r;
+    if (prev)
+        unpin(prev);
+    return NULL;
 }
 
 static rcp_reply *run_sync(struct rcp_cluster *cl, req *rq)

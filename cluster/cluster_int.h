@@ -28,7 +28,8 @@ enum {
                         * idle, instead of waiting for the I/O loop (fewer thread
                         * hand-offs at low concurrency; batching is unchanged when
                         * both are busy) */
-    RCP__ROLES = 3
+    RCP__AS_SPARE2 = 3, /* a third, for a third lone caller when the spare is busy too */
+    RCP__ROLES = 4
 };
 
 /* A node of the cluster, by address. Nodes live until the handle closes
