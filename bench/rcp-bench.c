@@ -158,7 +158,9 @@ typedef struct worker {
     req *reqs;
     unsigned *free_list, nfree, inflight;
     _Atomic(req *) done_head; /* pushed by callbacks, taken whole by the worker */
-    atomic_int sleeping;      /* the worker waits on sem for a completion */
+    atomic_ulong pushed;      /* completions pushed so far (callbacks) */
+    unsigned long reaped;     /* completions taken so far (the worker) */
+    atomic_ulong wake_at;     /* 0, or the `pushed` count the sleeping worker waits for */
     sem_t sem;
     bool sem_ok;
     uint64_t sleeps;          /* times it waited on sem (a futex wake each) */
@@ -1307,11 +1309,15 @@ static void on_resolve(rcp_future *f, rcp_reply *reply)
 
     r->t_done = now_ns();
     r->outcome = judge_rcpipe(r->is_set, reply, r->err, sizeof(r->err), &r->reply_bytes);
+    unsigned long n, want;
+
     head = atomic_load(&w->done_head);
     do
         r->next = head;
     while (!atomic_compare_exchange_weak(&w->done_head, &head, r));
-    if (atomic_load(&w->sleeping) && atomic_exchange(&w->sleeping, 0))
+    n = atomic_fetch_add(&w->pushed, 1) + 1;
+    want = atomic_load(&w->wake_at);
+    if (want && n >= want && atomic_exchange(&w->wake_at, 0))
         sem_post(&w->sem);
 }
 
@@ -1333,19 +1339,23 @@ static unsigned reap(worker *w)
         n++;
         r = next;
     }
+    w->reaped += n;
     return n;
 }
 
-/* Blocks until at least one request has completed (some are in flight).
- * The callback posts only when it sees `sleeping`, so a worker that keeps
- * finding completions never makes a syscall. */
-static void wait_completion(worker *w)
+/* Blocks until at least `want` requests have completed since the last reap
+ * (1 <= want <= inflight). The callback posts only when its completion is
+ * the one the sleeping worker waits for, so a worker that keeps finding
+ * completions never makes a syscall, and one that sleeps is woken once per
+ * `want` completions, not once per completion. */
+static void wait_completion(worker *w, unsigned want)
 {
-    if (atomic_load(&w->done_head))
+    unsigned long target = w->reaped + (want ? want : 1);
+    if (atomic_load(&w->pushed) >= target)
         return;
-    atomic_store(&w->sleeping, 1);
-    if (atomic_load(&w->done_head) && atomic_exchange(&w->sleeping, 0))
-        return; /* no callback saw the flag: nothing was posted */
+    atomic_store(&w->wake_at, target);
+    if (atomic_load(&w->pushed) >= target && atomic_exchange(&w->wake_at, 0))
+        return; /* no callback took the flag: nothing was posted */
     w->sleeps++;
     while (sem_wait(&w->sem) != 0 && errno == EINTR)
         ;
@@ -1406,7 +1416,11 @@ static void run_async(worker *w)
             uint64_t due = 0;
 
             if (w->nfree == 0) {
-                wait_completion(w);
+                /* Closed loop: refill when half the window is back (like
+                 * redis-benchmark -P, which waits for a whole pipeline),
+                 * so a sleeping worker costs one wake per depth/2
+                 * requests; open loop (--rate-limiting): at once. */
+                wait_completion(w, cfg->rate ? 1 : (depth + 1) / 2);
                 continue;
             }
             if (cfg->rate && !sleep_until(b, due = due_ns(w, k)))
@@ -1423,13 +1437,13 @@ static void run_async(worker *w)
                 send_next(w, key, t_group);
             k += n;
             while (w->inflight) {
-                wait_completion(w);
+                wait_completion(w, w->inflight);
                 reap(w);
             }
         }
     }
     while (w->inflight) {
-        wait_completion(w);
+        wait_completion(w, w->inflight);
         reap(w);
     }
     free(key);
@@ -2371,7 +2385,8 @@ int main(int argc, char **argv)
         atomic_init(&w->done, 0);
         atomic_init(&w->lat_sum_ns, 0);
         atomic_init(&w->done_head, NULL);
-        atomic_init(&w->sleeping, 0);
+        atomic_init(&w->pushed, 0);
+        atomic_init(&w->wake_at, 0);
         hist_init(&w->set_h);
         hist_init(&w->get_h);
         hist_init(&w->cur_h);
