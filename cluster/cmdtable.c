@@ -95,15 +95,41 @@ static const rcp__cmd *find(const char *name)
     return NULL;
 }
 
+/* The last command without subcommands this thread looked up: a thread
+ * sending the same command again (the common case) skips the lower-casing
+ * and the binary search. */
+static _Thread_local const rcp__cmd *last_cmd;
+
+/* The name (lower case in the table) equals s[0..n) ignoring ASCII case. */
+static int same_name(const char *name, const char *s, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 'A' && ch <= 'Z')
+            ch = (unsigned char)(ch - 'A' + 'a');
+        if (!name[i] || (unsigned char)name[i] != ch)
+            return 0;
+    }
+    return name[n] == '\0';
+}
+
 const rcp__cmd *rcp__cmd_lookup(int argc, const char **argv, const size_t *argvlen)
 {
     char buf[NAME_BUF];
-    size_t pos = 0;
-    const rcp__cmd *cmd, *sub;
+    size_t pos = 0, len0;
+    const rcp__cmd *cmd, *sub, *last = last_cmd;
 
-    if (argc < 1 || !argv || !append_lower(buf, &pos, argv[0], arg_len(argv, argvlen, 0)))
+    if (argc < 1 || !argv || !argv[0])
+        return NULL;
+    len0 = arg_len(argv, argvlen, 0);
+    if (last && same_name(last->name, argv[0], len0))
+        return last; /* never a container: those are not remembered */
+    if (!append_lower(buf, &pos, argv[0], len0))
         return NULL;
     cmd = find(buf);
+    if (cmd && cmd->nsubs == 0)
+        last_cmd = cmd;
     if (!cmd || cmd->nsubs == 0 || argc < 2)
         return cmd;
     /* A container without a known subcommand is still a command the server

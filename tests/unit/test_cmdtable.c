@@ -76,6 +76,15 @@ START_TEST(lookup)
     ck_assert_str_eq(rcp__cmd_name(get), "get");
     ck_assert_ptr_eq(LOOKUP("GET", "k"), get);
     ck_assert_ptr_eq(LOOKUP("gEt", "k"), get);
+    /* The thread's last command is remembered: names that share its
+     * prefix, or that it is a prefix of, are still told apart. */
+    ck_assert_ptr_null(LOOKUP("ge", "k"));
+    ck_assert_ptr_eq(LOOKUP("GET", "k"), get);
+    ck_assert_str_eq(rcp__cmd_name(LOOKUP("GETEX", "k")), "getex");
+    ck_assert_ptr_eq(LOOKUP("get", "k"), get);
+    ck_assert_ptr_null(LOOKUP("gets", "k"));
+    ck_assert_ptr_eq(LOOKUP("get", "k"), get);
+    ck_assert_ptr_null(rcp__cmd_lookup(1, ARGV("get|x"), NULL));
     ck_assert_ptr_null(LOOKUP("nosuchcommand"));
     ck_assert_ptr_null(LOOKUP(""));
     ck_assert_ptr_null(LOOKUP("object|encoding", "k")); /* the server would not know it */
