@@ -31,6 +31,7 @@ if (have(f)) {
     n = words(h)
     set output dir . "/compare-cpu-load.png"
     set title "GET 64 B, 64 threads at fixed offered load: server CPU per command"
+    set key bottom left
     set xlabel "offered load (ops/s)"
     set ylabel "server CPU (µs per command, masters)"
     set xrange [0:*]
