@@ -1530,10 +1530,10 @@ static rcp_reply *error_reply(int code, const char *why)
 
 /* A sync caller bound for a master: its own I/O on the first connection if
  * that is idle; else, if that one is busy with a single lone caller, on the
- * first spare if it is idle; else, if the spare too is busy with a lone
- * caller, on the second spare (spares are made on first need); else NULL
- * (the caller queues on the first connection, where the loop batches it
- * with the others). */
+ * first spare if it is idle; else, if that spare too is busy with a lone
+ * caller, on the next one, and so on (spares are made on first need); else
+ * NULL (the caller queues on the first connection, where the loop batches
+ * it with the others). */
 static rcp_reply *try_spare(struct rcp_cluster *cl, rcp__node *node, struct rcp_conn *conn,
                             const req *rq)
 {
@@ -1541,7 +1541,7 @@ static rcp_reply *try_spare(struct rcp_cluster *cl, rcp__node *node, struct rcp_
     rcp_reply *r = rcp__conn_command_fast_only(conn, rq->buf, rq->len, remaining_ms(rq));
     if (r)
         return r;
-    for (int role = RCP__AS_SPARE; role <= RCP__AS_SPARE2; role++) {
+    for (int role = RCP__AS_SPARE; role < RCP__AS_SPARE + RCP__SPARES; role++) {
         struct rcp_conn *spare;
         /* Only another lone caller goes to a spare: when the loop is
          * driving batches here, joining the batch is cheaper for everyone. */

@@ -23,13 +23,15 @@
 enum {
     RCP__AS_MASTER = 0,
     RCP__AS_REPLICA = 1,
-    RCP__AS_SPARE = 2, /* a master's second plain connection: a sync caller that finds
-                        * the first one busy does its own I/O here if this one is
-                        * idle, instead of waiting for the I/O loop (fewer thread
-                        * hand-offs at low concurrency; batching is unchanged when
-                        * both are busy) */
-    RCP__AS_SPARE2 = 3, /* a third, for a third lone caller when the spare is busy too */
-    RCP__ROLES = 4
+    RCP__AS_SPARE = 2, /* a master's spare plain connections, RCP__SPARES of them from
+                        * here: a sync caller that finds the first one busy with a
+                        * single lone caller does its own I/O on the first idle spare
+                        * (each tried only if the one before is busy with a lone
+                        * caller too), instead of waiting for the I/O loop (fewer
+                        * thread hand-offs at low concurrency; when the loop drives
+                        * batches, callers join them and batching is unchanged) */
+    RCP__SPARES = 3,
+    RCP__ROLES = RCP__AS_SPARE + RCP__SPARES
 };
 
 /* A node of the cluster, by address. Nodes live until the handle closes
