@@ -28,13 +28,17 @@ typedef struct small_block {
 
 static _Thread_local small_block *small_head;
 static _Thread_local unsigned small_count;
+static _Thread_local int small_registered; /* small_key set on this thread */
 static pthread_key_t small_key;
 static pthread_once_t small_once = PTHREAD_ONCE_INIT;
 static int small_key_ok;
 
-static void small_cache_drop(void *unused)
+static void small_cache_drop(void *at_exit)
 {
-    (void)unused;
+    /* At thread exit the key's value is cleared: a reply freed by a later
+     * destructor must set it again, so this one runs once more. */
+    if (at_exit)
+        small_registered = 0;
     while (small_head) {
         small_block *b = small_head;
         small_head = b->next;
@@ -56,13 +60,15 @@ static void small_key_init(void)
 /* Keeps b for reuse, or frees it. */
 static void small_put(void *b)
 {
-    if (small_count == 0) {
-        /* The key's value only makes the destructor run at thread exit. */
+    if (!small_registered) {
+        /* The key's value only makes the destructor run at thread exit;
+         * set once per thread, not each time the cache runs empty. */
         pthread_once(&small_once, small_key_init);
         if (!small_key_ok || pthread_setspecific(small_key, &small_head) != 0) {
             rcp__free(b);
             return;
         }
+        small_registered = 1;
     }
     if (small_count >= SMALL_CACHE_MAX) {
         rcp__free(b);
