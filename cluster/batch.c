@@ -13,6 +13,7 @@
 #include "cmdlist.h"
 #include "format.h"
 #include "loop.h"
+#include "multi.h"
 #include "reply.h"
 #include "waiter.h"
 
@@ -161,4 +162,153 @@ rcp_reply *rcp_batch_exec(rcp_batch *b)
     rcp__waiter_init(&w);
     rv = rcp_batch_send(b, &w.f);
     return rcp__waiter_wait(&w, rv, "batch refused");
+}
+
+/* Every command becomes an ordinary async request, but the first attempts
+ * of the commands routed to one node are queued there in one group, so
+ * that node's share is written contiguously; retries and redirects then
+ * go one by one. A multi-key command spanning slots is split as usual
+ * (not grouped); a blocking command is refused. */
+int rcp__cluster_send_batch(struct rcp_cluster *cl, size_t n, rcp_future *const *f,
+                            const char *const *buf, const size_t *len, size_t *bad)
+{
+    size_t m = n ? n : 1;
+    rcp__cfut **cf = rcp__calloc(m, sizeof(*cf));
+    char *split = rcp__calloc(m, 1);
+    struct rcp_conn **conn = rcp__calloc(m, sizeof(*conn));
+    rcp__node **node = rcp__calloc(m, sizeof(*node));
+    rcp_future **gf = rcp__calloc(m, sizeof(*gf));
+    const char **gb = rcp__calloc(m, sizeof(*gb));
+    size_t *gl = rcp__calloc(m, sizeof(*gl));
+    size_t *gi = rcp__calloc(m, sizeof(*gi));
+    const char **argv = NULL;
+    size_t *argvlen = NULL, i, j, maxargs = 0;
+    int rv = RCP_OK;
+
+    *bad = 0;
+    if (!cf || !split || !conn || !node || !gf || !gb || !gl || !gi) {
+        rv = RCP_ERR_OOM;
+        goto out;
+    }
+    if (atomic_load(&cl->closing)) {
+        rv = RCP_ERR_CLOSED;
+        goto out;
+    }
+    /* Classify everything first: all or nothing. */
+    for (i = 0; i < n && rv == RCP_OK; i++) {
+        const char *why;
+        int argc = rcp__format_split(buf[i], len[i], NULL, NULL, 0), kind;
+        rcp__req rq;
+        if (argc < 1) {
+            rv = RCP_ERR_INVALID;
+            break;
+        }
+        if ((size_t)argc > maxargs) {
+            const char **a = rcp__realloc(argv, (size_t)argc * sizeof(*a));
+            size_t *l = a ? rcp__realloc(argvlen, (size_t)argc * sizeof(*l)) : NULL;
+            if (a)
+                argv = a;
+            if (l)
+                argvlen = l;
+            if (!a || !l) {
+                rv = RCP_ERR_OOM;
+                break;
+            }
+            maxargs = (size_t)argc;
+        }
+        rcp__format_split(buf[i], len[i], argv, argvlen, argc);
+        memset(&rq, 0, sizeof rq);
+        rq.policy = -1;
+        kind = rcp__classify(cl, argc, argv, argvlen, &rq, &rv, &why);
+        if (kind == RCP__ROUTE_SPLIT) {
+            split[i] = 1;
+            continue;
+        }
+        if (kind == RCP__ROUTE_BLOCKING)
+            rv = RCP_ERR_BLOCKING_COMMAND;
+        else if (len[i] > cl->node_opt.max_request_bytes)
+            rv = RCP_ERR_TOO_LARGE;
+        if (rv != RCP_OK)
+            break;
+        cf[i] = rcp__cfut_get(cl);
+        rq.buf = !cf[i] ? NULL : len[i] <= RCP__CFUT_INLINE ? cf[i]->inl : rcp__malloc(len[i]);
+        if (!rq.buf) {
+            if (cf[i])
+                rcp__cfut_put(cl, cf[i]); /* its rq.buf is still NULL */
+            cf[i] = NULL;
+            rv = RCP_ERR_OOM;
+            break;
+        }
+        memcpy(rq.buf, buf[i], len[i]);
+        rq.len = len[i];
+        cf[i]->inner.resolve = rcp__cfut_on_reply;
+        cf[i]->user = f[i];
+        cf[i]->cl = cl;
+        cf[i]->rq = rq;
+        cf[i]->rq.deadline = rcp__req_deadline(cl, f[i]->timeout_ms);
+    }
+    if (rv != RCP_OK) {
+        *bad = i;
+        for (j = 0; j < n; j++)
+            if (cf[j])
+                rcp__cfut_put(cl, cf[j]);
+        goto out;
+    }
+    atomic_fetch_add(&cl->active_calls, n);
+    rcp__stat_add(&cl->st.requests, n);
+    for (i = 0; i < n; i++) {
+        int code;
+        if (cf[i])
+            conn[i] = rcp__route(cl, &cf[i]->rq, &node[i], &code);
+    }
+    /* One group per connection, in the callers' order within it. */
+    for (i = 0; i < n; i++) {
+        struct rcp_conn *c = conn[i];
+        size_t k = 0;
+        if (!c)
+            continue;
+        for (j = i; j < n; j++)
+            if (conn[j] == c) {
+                cf[j]->inner.timeout_ms = rcp__req_remaining_ms(&cf[j]->rq);
+                cf[j]->inner.data = node[j];
+                gf[k] = &cf[j]->inner;
+                gb[k] = cf[j]->rq.buf;
+                gl[k] = cf[j]->rq.len;
+                gi[k++] = j;
+                conn[j] = NULL;
+            }
+        if (rcp__conn_send_group(c, k, gf, gb, gl, 0) != RCP_OK)
+            for (j = 0; j < k; j++)
+                rcp__cfut_submit(cf[gi[j]]); /* one by one, with the usual rules */
+        for (j = 0; j < k; j++) {
+            rcp__cluster_unpin(c);
+            cf[gi[j]] = NULL;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        if (cf[i])
+            rcp__cfut_submit(cf[i]); /* no connection at hand: the usual path decides */
+        if (split[i]) {
+            int argc = rcp__format_split(buf[i], len[i], argv, argvlen, (int)maxargs);
+            int r2 = rcp__multi_send(cl, f[i], -1, argc, argv, argvlen);
+            atomic_fetch_sub(&cl->active_calls, 1);
+            if (r2 != RCP_OK) {
+                rcp_reply e;
+                rcp__reply_error_init(&e, r2, "split multi-key command of a batch not sent");
+                f[i]->resolve(f[i], &e);
+            }
+        }
+    }
+out:
+    rcp__free(cf);
+    rcp__free(split);
+    rcp__free(conn);
+    rcp__free(node);
+    rcp__free(gf);
+    rcp__free(gb);
+    rcp__free(gl);
+    rcp__free(gi);
+    rcp__free(argv);
+    rcp__free(argvlen);
+    return rv;
 }

@@ -5,12 +5,15 @@
  * A call takes an idle connection of the slot master's pool (or opens one,
  * up to the pool size; a sync caller waits for one when all are busy),
  * sends the command with its own timeout plus a margin as deadline, and
- * gives the connection back. MOVED and ASK are followed. A connection
+ * gives the connection back. Its answer goes through the same retry rules
+ * as every request (retry.c): MOVED (patching the shared map), ASK,
+ * TRYAGAIN/LOADING/CLUSTERDOWN backoff. A connection
  * whose call timed out or failed is never reused: the server may still
  * hold the blocked command, and a value it pops later must not reach the
  * next caller. Connections are closed only on a caller's thread (never in
  * an I/O callback): retired ones wait in the node's `retired` list. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,18 +202,16 @@ typedef struct bcall {
     rcp_future f;
     rcp_future *user;
     rcp_cluster *cl;
-    rcp__node *node;
+    rcp__node *node;     /* where the current attempt went */
     struct rcp_conn *conn;
-    char *buf;
-    size_t len;
-    int timeout_ms; /* per attempt, as a future's (-1: none) */
-    int redirects, asking, has_slot;
-    unsigned slot;
+    rcp__req rq;         /* routing and retry state: retry.c's rules */
+    rcp__later later;
+    int timeout_ms;      /* the whole call's, as a future's (-1: none) */
 } bcall;
 
 static void bcall_free(bcall *b)
 {
-    rcp__free(b->buf);
+    rcp__free(b->rq.buf);
     rcp__free(b);
 }
 
@@ -223,13 +224,26 @@ static void bcall_fail(bcall *b, int code, const char *msg)
     u->resolve(u, &e);
 }
 
+static void bcall_done(bcall *b, rcp_reply *r)
+{
+    rcp_future *u = b->user;
+    bcall_free(b);
+    u->resolve(u, r);
+}
+
 static void on_breply(rcp_future *f, rcp_reply *r);
 
-/* Sends (or resends) b to b->node; may_wait on a caller's thread. */
+/* Sends (or resends) b to its node (retry.c's target, else the slot's
+ * master); may_wait on a caller's thread. */
 static void bsubmit(bcall *b, int may_wait)
 {
     int code = RCP_OK, rv;
     uint64_t wait_until = rcp__now_ns() + 1000000ull * 10000u; /* a free connection: 10 s */
+    b->node = rcp__route_master(b->cl, &b->rq);
+    if (!b->node) {
+        bcall_fail(b, RCP_ERR_CLUSTER_DOWN, "blocking command: no node serves its slot");
+        return;
+    }
     b->conn = pool_take(b->cl, b->node, may_wait, wait_until, &code);
     if (!b->conn) {
         char msg[400];
@@ -238,8 +252,8 @@ static void bsubmit(bcall *b, int may_wait)
         bcall_fail(b, code, msg);
         return;
     }
-    b->f.timeout_ms = b->timeout_ms;
-    rv = rcp__conn_send_raw(b->conn, &b->f, b->buf, b->len, b->asking);
+    b->f.timeout_ms = b->timeout_ms > 0 ? rcp__req_remaining_ms(&b->rq) : b->timeout_ms;
+    rv = rcp__conn_send_raw(b->conn, &b->f, b->rq.buf, b->rq.len, b->rq.asking);
     if (rv != RCP_OK) {
         char msg[400];
         pool_give(b->node, b->conn, 0);
@@ -249,45 +263,55 @@ static void bsubmit(bcall *b, int may_wait)
     }
 }
 
+/* A delayed retry is due (the refresher's thread: never waits). */
+static void bcall_fire(rcp__later *l, int closing)
+{
+    bcall *b = (bcall *)((char *)l - offsetof(bcall, later));
+    if (closing)
+        bcall_fail(b, RCP_ERR_CLOSED, "cluster handle closed before a retry");
+    else
+        bsubmit(b, 0);
+}
+
 static void on_breply(rcp_future *f, rcp_reply *r)
 {
     bcall *b = f->data;
-    rcp__redirect rd;
-    rcp_future *u;
+    uint64_t delay = 0;
+    int code = RCP_OK, act;
+    char msg[300];
     int healthy = !(r->type == RCP_REPLY_ERROR && r->err != RCP_ERR_SERVER);
 
     pool_give(b->node, b->conn, healthy);
     b->conn = NULL;
-    if (r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER &&
-        !rcp__cluster_closing(b->cl)) {
-        rcp__parse_redirect(r->str, r->len, &rd);
-        if ((rd.kind == RCP__RD_MOVED || rd.kind == RCP__RD_ASK) &&
-            b->redirects < rcp__cluster_max_redirects(b->cl)) {
-            rcp__node *to = rcp__cluster_node(b->cl, rd.host[0] ? rd.host : b->node->host, rd.port,
-                                              RCP__AS_MASTER);
-            rcp__cluster_refresh_soon(b->cl);
-            if (to) {
-                b->redirects++;
-                b->node = to;
-                b->asking = rd.kind == RCP__RD_ASK;
-                bsubmit(b, 0); /* an I/O thread: never waits */
-                return;
-            }
-        }
+    act = rcp__retry_decide(b->cl, &b->rq, b->node, r, &delay, &code, msg, sizeof msg);
+    if (act != RCP__ACT_DONE && act != RCP__ACT_FAIL && rcp__cluster_closing(b->cl))
+        act = RCP__ACT_DONE;
+    if (act == RCP__ACT_LATER && b->rq.deadline && rcp__now_ns() + delay >= b->rq.deadline)
+        act = RCP__ACT_DONE; /* no time left: the last answer stands */
+    switch (act) {
+    case RCP__ACT_RESEND:
+        bsubmit(b, 0); /* an I/O thread: never waits */
+        return;
+    case RCP__ACT_LATER:
+        b->later.fire = bcall_fire;
+        if (rcp__later_add(b->cl, &b->later, delay, b->rq.deadline) < 0)
+            bcall_fail(b, RCP_ERR_CLOSED, "cluster handle closed before a retry");
+        return;
+    case RCP__ACT_FAIL:
+        bcall_fail(b, code, msg);
+        return;
+    default:
+        bcall_done(b, r);
+        return;
     }
-    u = b->user;
-    bcall_free(b);
-    u->resolve(u, r);
 }
 
 /* may_wait: a sync caller may wait for a pool connection; the async API
- * never blocks its caller (RCP_ERR_QUEUE_FULL when the pool is busy). */
-static int blocking_start(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
-                          const size_t *argvlen, int may_wait)
+ * never blocks its caller (RCP_ERR_QUEUE_FULL when the pool is busy). rq:
+ * the command's classification (slot, flags). */
+static int blocking_start(rcp_cluster *cl, rcp_future *f, const rcp__req *rq, int argc,
+                          const char **argv, const size_t *argvlen, int may_wait)
 {
-    const rcp__cmd *cmd = rcp__cmd_lookup(argc, argv, argvlen);
-    char host[256];
-    int port = 0, idx[64], nk = 0, i;
     long own;
     bcall *b;
 
@@ -296,50 +320,27 @@ static int blocking_start(rcp_cluster *cl, rcp_future *f, int argc, const char *
     b = rcp__calloc(1, sizeof(*b));
     if (!b)
         return RCP_ERR_OOM;
-    if (cmd)
-        nk = rcp__cmd_keys(cmd, argc, argv, argvlen, idx, 64);
-    if (nk < 0) {
+    b->rq = *rq;
+    b->rq.len = rcp__format_len(argc, argv, argvlen);
+    if (b->rq.len > rcp__cluster_node_options(cl)->max_request_bytes) {
         rcp__free(b);
-        return RCP_ERR_INVALID;
+        return RCP_ERR_TOO_LARGE;
     }
-    for (i = 0; i < nk && i < 64; i++) {
-        size_t l = argvlen ? argvlen[idx[i]] : strlen(argv[idx[i]]);
-        unsigned s = rcp__keyslot(argv[idx[i]], l);
-        if (!b->has_slot) {
-            b->has_slot = 1;
-            b->slot = s;
-        } else if (s != b->slot) {
-            rcp__free(b);
-            return RCP_ERR_CROSS_SLOT;
-        }
-    }
-    if (b->has_slot) {
-        if (rcp__cluster_slot_master(cl, b->slot, host, sizeof host, &port) < 0) {
-            rcp__free(b);
-            return RCP_ERR_CLUSTER_DOWN;
-        }
-    } else {
-        rcp__node *nodes[1];
-        int is_master[1];
-        if (rcp__cluster_map_nodes(cl, 0, nodes, is_master, 1) == 0) {
-            rcp__free(b);
-            return RCP_ERR_CLUSTER_DOWN;
-        }
-        snprintf(host, sizeof host, "%s", nodes[0]->host);
-        port = nodes[0]->port;
-    }
-    b->node = rcp__cluster_node(cl, host, port, RCP__AS_MASTER);
-    b->len = rcp__format_len(argc, argv, argvlen);
-    b->buf = rcp__malloc(b->len);
-    if (!b->node || !b->buf) {
-        bcall_free(b);
+    b->rq.buf = rcp__malloc(b->rq.len);
+    if (!b->rq.buf) {
+        rcp__free(b);
         return RCP_ERR_OOM;
     }
-    rcp__format_write(b->buf, argc, argv, argvlen);
+    rcp__format_write(b->rq.buf, argc, argv, argvlen);
+    if (!rcp__route_master(cl, &b->rq)) {
+        bcall_free(b);
+        return RCP_ERR_CLUSTER_DOWN;
+    }
     own = own_timeout_ms(argc, argv, argvlen);
     /* The server answers at its timeout; we give up a margin later. A
      * caller's own future timeout (f->timeout_ms) wins when set. */
     b->timeout_ms = f->timeout_ms ? f->timeout_ms : own == 0 ? -1 : own > 0 ? (int)(own + MARGIN_MS) : 0;
+    b->rq.deadline = b->timeout_ms < 0 ? 0 : rcp__req_deadline(cl, b->timeout_ms);
     b->f.resolve = on_breply;
     b->f.data = b;
     b->user = f;
@@ -348,18 +349,19 @@ static int blocking_start(rcp_cluster *cl, rcp_future *f, int argc, const char *
     return RCP_OK;
 }
 
-int rcp__blocking_send(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
-                       const size_t *argvlen)
+int rcp__blocking_send(rcp_cluster *cl, rcp_future *f, const rcp__req *rq, int argc,
+                       const char **argv, const size_t *argvlen)
 {
-    return blocking_start(cl, f, argc, argv, argvlen, 0);
+    return blocking_start(cl, f, rq, argc, argv, argvlen, 0);
 }
 
-rcp_reply *rcp__blocking_command(rcp_cluster *cl, int argc, const char **argv,
-                                 const size_t *argvlen)
+rcp_reply *rcp__blocking_command(rcp_cluster *cl, const rcp__req *rq, int timeout_ms, int argc,
+                                 const char **argv, const size_t *argvlen)
 {
     rcp__waiter w;
     int rv;
     rcp__waiter_init(&w);
-    rv = blocking_start(cl, &w.f, argc, argv, argvlen, 1);
+    w.f.timeout_ms = timeout_ms;
+    rv = blocking_start(cl, &w.f, rq, argc, argv, argvlen, 1);
     return rcp__waiter_wait(&w, rv, "blocking command refused");
 }

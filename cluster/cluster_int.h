@@ -1,6 +1,21 @@
-/* cluster/cluster_int.h: the cluster handle's internals, shared by
- * slotmap.c (the RCU-published map) and cluster.c (handle, routing,
- * redirects, refresher). */
+/* cluster/cluster_int.h: the cluster handle's internals, shared by the
+ * cluster layer's modules, one mechanism per file:
+ *
+ *   cluster.c   the handle: options, open, close, stats, events
+ *   nodes.c     the node registry and each node's connections
+ *   slotmap.c   the RCU-published slot map: build, publish, MOVED/ASK stores
+ *   route.c     which node and connection a request goes to (read policies)
+ *   classify.c  what route a command takes (the command table's facts)
+ *   retry.c     what an answer means: done, MOVED, ASK, back off, fail
+ *   refresh.c   the refresher thread: periodic/forced refreshes, delayed
+ *               retries, round-trip measurement
+ *   async.c     the async path (wrapped futures)
+ *   sync.c      the sync path (the caller's own thread, spare connections)
+ *   batch.c, multi.c, txn.c, script.c, blocking.c, pubsub.c, nodewide.c:
+ *               the commands that do not fit one request on one pipeline
+ *
+ * The cluster layer reaches lib/ only through lib/connection.h's
+ * operations (conn_int.h until that header exists). */
 #ifndef RCP_CLUSTER_INT_H
 #define RCP_CLUSTER_INT_H
 
@@ -95,34 +110,153 @@ void rcp__map_free(rcp__map *m);
  * atomic store; no copy of the map). Returns -1 on OOM. */
 int rcp__map_move_slot(rcp__map *m, unsigned slot, rcp__node *node);
 
-/* cluster.c, for the handle's other modules (multi-key commands, pub/sub,
- * node-wide commands). */
+/* ------------------------------------------------------------------ */
+/* the handle                                                          */
 
-/* The current master of `slot` by the handle's map: its host (copied,
- * truncated to hostlen) and port. Returns 0, or -1 if no node serves the
- * slot (a refresh is then asked for). No lock, no allocation. */
-int rcp__cluster_slot_master(struct rcp_cluster *cl, unsigned slot, char *host, size_t hostlen,
-                             int *port);
-/* Ask the refresher for a new map soon (coalesced and rate-limited). */
-void rcp__cluster_refresh_soon(struct rcp_cluster *cl);
-/* The per-node connection options the handle was opened with. */
-const rcp_conn_options *rcp__cluster_node_options(struct rcp_cluster *cl);
+#define RCP__MAX_SEEDS 64
+
+typedef struct rcp__seed {
+    char *host;
+    int port;
+} rcp__seed;
+
+/* A request's routing and retry state, the same for every kind of request
+ * (async, sync, batch part, split part, blocking, transaction, WATCH):
+ * route.c reads it to pick a node, retry.c updates it from each answer. */
+typedef struct rcp__req {
+    char *buf;          /* the formatted command */
+    size_t len;
+    unsigned slot;
+    int has_slot;
+    unsigned flags;     /* RCP__CMD_* */
+    int policy;         /* RCP_READ_*; -1 before classification: the handle's */
+    uint64_t deadline;  /* ns, 0: none */
+    int redirects, retries;
+    rcp__node *target;  /* next attempt goes here (MOVED/ASK), else routed */
+    rcp__node *last;    /* where the last attempt went, for error messages */
+    int asking;
+} rcp__req;
+
+/* A request waiting on the refresher's queue for a delayed retry
+ * (refresh.c). fire runs on the refresher thread once `at` has come, or
+ * with closing 1 when the handle closes: it then resolves its request
+ * with RCP_ERR_CLOSED. Either way the item is off the queue. */
+typedef struct rcp__later {
+    uint64_t at;        /* ns */
+    struct rcp__later *next;
+    void (*fire)(struct rcp__later *l, int closing);
+} rcp__later;
+
+#define RCP__CFUT_INLINE 192    /* bytes of a command kept inside its cfut */
+#define RCP__CFUT_CACHE_MAX 4096 /* unused cfuts a handle keeps for reuse */
+
+/* The async path's wrapped future (async.c). `inner` goes to a node
+ * connection; `user` is resolved once, when the retry rules say done. */
+typedef struct rcp__cfut {
+    rcp_future inner;
+    rcp_future *user;
+    struct rcp_cluster *cl;
+    rcp__req rq;
+    rcp__later later;
+    struct rcp__cfut *next_free;
+    /* Small commands are formatted here, so an async request costs no
+     * allocation once the handle's free list has warmed up. */
+    char inl[RCP__CFUT_INLINE];
+} rcp__cfut;
+
+struct rcp_cluster {
+    rcp_cluster_options opt;
+    rcp_conn_options node_opt;
+    char *node_user, *node_pass, *node_name;
+    rcp__seed seeds[RCP__MAX_SEEDS];
+    int nseeds;
+    rcp__loop **loops;
+    unsigned nloops;
+    atomic_uint next_loop;
+
+    /* The current slot map. Read under urcu_bp_read_lock, freed after a
+     * grace period (urcu_bp_synchronize_rcu). Published and read with C11
+     * atomics (release exchange / acquire load: what rcu_xchg_pointer and
+     * rcu_dereference do on this hardware) so that ThreadSanitizer can see
+     * the publication too. */
+    _Atomic(rcp__map *) map;
+
+    pthread_mutex_t reg_mu; /* the registry */
+    rcp__node *nodes;
+    size_t nnodes;
+
+    /* The refresher (refresh.c). */
+    pthread_t worker;
+    int worker_started;
+    pthread_mutex_t wmu;
+    pthread_cond_t wcv;
+    int stop;
+    int force;               /* a forced refresh is wanted */
+    uint64_t last_refresh;   /* ns, last refresh attempt */
+    uint64_t next_periodic;  /* ns */
+    rcp__later *retries;     /* delayed retries, unsorted */
+    int retries_closed;      /* close has drained the queue: no more */
+    atomic_int closing;
+    atomic_uint active_calls;
+
+    /* Resolved cfuts kept for the next async requests (LIFO, at most
+     * RCP__CFUT_CACHE_MAX): taken by senders, given back by the I/O
+     * threads. */
+    pthread_mutex_t cf_mu;
+    rcp__cfut *cf_free;
+    unsigned cf_nfree;
+
+    struct {
+        _Atomic uint64_t requests, moved, ask, tryagain, clusterdown, loading, masterdown,
+            not_sent, io, readonly, periodic, forced, refresh_failures, version;
+    } st;
+};
+
+static inline void rcp__stat_add(_Atomic uint64_t *s, uint64_t v)
+{
+    atomic_fetch_add_explicit(s, v, memory_order_relaxed);
+}
+
+/* Inside urcu_bp_read_lock only. */
+static inline rcp__map *rcp__map_current(struct rcp_cluster *cl)
+{
+    return atomic_load_explicit(&cl->map, memory_order_acquire);
+}
+
+/* cluster.c */
 /* Report an event through the handle's event callback (if any). */
 void rcp__cluster_emit(struct rcp_cluster *cl, int type, int err, const char *msg);
 /* 1 once rcp_cluster_close has begun. */
 int rcp__cluster_closing(struct rcp_cluster *cl);
+/* The per-node connection options the handle was opened with. */
+const rcp_conn_options *rcp__cluster_node_options(struct rcp_cluster *cl);
+/* The handle's per-node pool size for blocking commands. */
+int rcp__cluster_blocking_pool(struct rcp_cluster *cl);
+
+/* nodes.c: the registry. */
+/* The node for host:port, created if new, with its connection for role
+ * made if it has none (not once closing); NULL on OOM. */
+rcp__node *rcp__node_get(struct rcp_cluster *cl, const char *host, int port, int role);
+/* The same, NULL once closing. */
+rcp__node *rcp__cluster_node(struct rcp_cluster *cl, const char *host, int port, int role);
+/* Makes the node's connection for role if it has none, the node is in the
+ * map and the handle is not closing (a spare, made on first need). */
+void rcp__node_connect_if_missing(struct rcp_cluster *cl, rcp__node *n, int role);
+/* Inside urcu_bp_read_lock: the node's connection for role, counted as in
+ * use until rcp__cluster_unpin (so closing it, after a grace period, waits
+ * for us); NULL if it has none. */
+struct rcp_conn *rcp__node_pin_locked(rcp__node *n, int role);
+/* The same outside the read lock. */
+struct rcp_conn *rcp__cluster_pin(rcp__node *n, int role);
+/* Either of the node's connections (the plain one first), for commands
+ * that any role answers the same: CLUSTER SLOTS, PING. */
+struct rcp_conn *rcp__node_pin_any(rcp__node *n);
+void rcp__cluster_unpin(struct rcp_conn *conn);
 /* The nodes of the current map (masters only, or all), up to max, each
  * once; is_master[i] says its role there. Node records live until the
  * handle closes. Returns how many were written. */
 size_t rcp__cluster_map_nodes(struct rcp_cluster *cl, int all, rcp__node **out, int *is_master,
                               size_t max);
-/* The node for host:port with its connection for role made if missing;
- * NULL on OOM or once closing. */
-rcp__node *rcp__cluster_node(struct rcp_cluster *cl, const char *host, int port, int role);
-/* The node's connection for role, counted as in use until
- * rcp__cluster_unpin; NULL if it has none. */
-struct rcp_conn *rcp__cluster_pin(rcp__node *n, int role);
-void rcp__cluster_unpin(struct rcp_conn *conn);
 /* A connection of the caller's own to host:port, on one of the handle's
  * I/O loops, with the handle's node options (flags: RCP__CONN_*). The
  * caller closes it (rcp_conn_close) before closing the handle. */
@@ -132,27 +266,117 @@ int rcp__cluster_dedicated(struct rcp_cluster *cl, const char *host, int port, u
  * get no byte for as long as its own timeout). */
 int rcp__cluster_dedicated_no_io_timeout(struct rcp_cluster *cl, const char *host, int port,
                                          struct rcp_conn **out);
-/* Explicit batches: n pre-formatted commands as ordinary async requests,
- * the first attempts of each node's share queued in one group (written
- * contiguously). RCP_OK and every f[i] resolved once, or an error for
- * command *bad and none called. */
+
+/* slotmap.c (with the map functions above) */
+/* A map from a parsed table; nodes are created as needed. Slots the table
+ * leaves out but `old` (or NULL) serves keep their old owner; *kept counts
+ * them. NULL on OOM. */
+rcp__map *rcp__map_build(struct rcp_cluster *cl, const rcp__slots_table *t, rcp__map *old,
+                         size_t *kept);
+
+/* route.c */
+/* A per-thread xorshift; its seed also fixes the thread's replica choice. */
+uint64_t rcp__rnd(void);
+/* Picks the node for the request's next attempt (its redirect target, else
+ * its slot's shard by read policy, else any master) and pins its
+ * connection. NULL with *code (RCP_ERR_CLUSTER_DOWN: no node serves the
+ * slot; RCP_ERR_NOT_SENT: the node has no connection) when there is
+ * nowhere to send; *node_out is the node, if any. */
+struct rcp_conn *rcp__route(struct rcp_cluster *cl, rcp__req *rq, rcp__node **node_out,
+                            int *code);
+/* The node a dedicated-connection request (blocking command, transaction,
+ * WATCH) goes to: its redirect target, else its slot's master, else (no
+ * key) any master; NULL if none (a refresh is asked for). Node records
+ * live until the handle closes. */
+rcp__node *rcp__route_master(struct rcp_cluster *cl, const rcp__req *rq);
+/* The current master of `slot` by the handle's map: its host (copied,
+ * truncated to hostlen) and port. Returns 0, or -1 if no node serves the
+ * slot (a refresh is then asked for). No lock, no allocation. */
+int rcp__cluster_slot_master(struct rcp_cluster *cl, unsigned slot, char *host, size_t hostlen,
+                             int *port);
+
+/* classify.c: what route a command takes. */
+typedef enum rcp__route_kind {
+    RCP__ROUTE_REFUSED = 0, /* not sent: *code and *why say why */
+    RCP__ROUTE_ONE,         /* one request: its slot (has_slot) or any master */
+    RCP__ROUTE_SPLIT,       /* a multi-key command spanning slots: split by slot (multi.c) */
+    RCP__ROUTE_BLOCKING     /* a blocking command: a dedicated connection (blocking.c) */
+} rcp__route_kind;
+/* Classifies argv into rq (flags, slot, policy: rq->policy -1 takes the
+ * handle's). *why is static or per-thread text, valid until the thread's
+ * next refusal. */
+rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **argv,
+                              const size_t *argvlen, rcp__req *rq, int *code, const char **why);
+
+/* retry.c: the one place that says what an attempt's answer means. */
+enum { RCP__ACT_DONE, RCP__ACT_RESEND, RCP__ACT_LATER, RCP__ACT_FAIL };
+/* `asked` is the node the attempt went to (or NULL). On RCP__ACT_LATER
+ * *delay_ns is set (the same capped backoff for every kind of request); on
+ * RCP__ACT_FAIL *code and msg; on RCP__ACT_RESEND rq->target (and
+ * rq->asking) say where. A MOVED patches the shared map, an ASK pins the
+ * slot to its master for reads; either asks for a refresh. */
+int rcp__retry_decide(struct rcp_cluster *cl, rcp__req *rq, rcp__node *asked, const rcp_reply *r,
+                      uint64_t *delay_ns, int *code, char *msg, size_t msglen);
+/* The request's deadline from a future's timeout (0: the handle's
+ * request_timeout_ms; <0: none). */
+uint64_t rcp__req_deadline(struct rcp_cluster *cl, int timeout_ms);
+/* Milliseconds left before the deadline as a future's timeout_ms (-1:
+ * none; at least 1). */
+int rcp__req_remaining_ms(const rcp__req *rq);
+
+/* refresh.c: the refresher thread. */
+/* Ask the refresher for a new map soon (coalesced and rate-limited). */
+void rcp__cluster_refresh_soon(struct rcp_cluster *cl);
+/* Ask the seeds / map nodes for a table and publish a new map now (the
+ * refresher thread, or open before it starts). 0 if a map was published;
+ * `errs` (optional) collects why each node failed. */
+int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t errlen);
+/* PING every node of the map and smooth its round trip. */
+void rcp__refresh_rtt(struct rcp_cluster *cl);
+void *rcp__refresher_main(void *arg);
+/* Queue l to fire after delay_ns (capped at deadline when non-zero).
+ * Returns 0, or -1 once the handle has closed its queue (l not queued:
+ * the caller resolves its request with RCP_ERR_CLOSED). */
+int rcp__later_add(struct rcp_cluster *cl, rcp__later *l, uint64_t delay_ns, uint64_t deadline);
+/* Close: stop the thread, then fire every queued item with closing 1. */
+void rcp__refresher_stop(struct rcp_cluster *cl);
+
+/* async.c */
+/* Sends a classified request (rq->buf owned from here: freed unless it is
+ * in cf->inl) with cf from rcp__cfut_get. RCP_OK and f resolved once, or
+ * an error and f never called. */
+int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf, rcp__req *rq);
+/* The async path's whole entry for argv (classified, split or sent to the
+ * blocking pool as it needs): the public send functions and split parts
+ * come here. Contract as rcp_cluster_send_argv. */
+int rcp__async_argv(struct rcp_cluster *cl, rcp_future *f, int policy, int argc,
+                    const char **argv, const size_t *argvlen);
+/* A cfut with its header zeroed (inl is not), or NULL when out of memory. */
+rcp__cfut *rcp__cfut_get(struct rcp_cluster *cl);
+/* Frees the command (unless inline) and keeps or frees the cfut. */
+void rcp__cfut_put(struct rcp_cluster *cl, rcp__cfut *cf);
+/* (Re)send cf by the retry rules; never blocks on an I/O thread. */
+void rcp__cfut_submit(rcp__cfut *cf);
+/* The inner future's resolve function. */
+void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r);
+
+/* batch.c: explicit batches, n pre-formatted commands as ordinary async
+ * requests, the first attempts of each node's share queued in one group
+ * (written contiguously). RCP_OK and every f[i] resolved once, or an error
+ * for command *bad and none called. */
 int rcp__cluster_send_batch(struct rcp_cluster *cl, size_t n, rcp_future *const *f,
                             const char *const *buf, const size_t *len, size_t *bad);
+
 /* blocking.c: set up / tear down a node's pool (node creation, handle
  * close: every pool connection closed, outstanding calls resolved). */
 void rcp__pool_init(rcp__node *n);
 void rcp__pool_shutdown(rcp__node *n);
 void rcp__pool_destroy(rcp__node *n);
-/* blocking.c: a blocking command (screening said RCP_ERR_BLOCKING_COMMAND)
- * on a dedicated connection. Contract as rcp_cluster_send_argv. */
-int rcp__blocking_send(struct rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
-                       const size_t *argvlen);
-rcp_reply *rcp__blocking_command(struct rcp_cluster *cl, int argc, const char **argv,
-                                 const size_t *argvlen);
-/* The handle's per-node pool size for blocking commands. */
-int rcp__cluster_blocking_pool(struct rcp_cluster *cl);
-/* The handle's redirect and retry limits. */
-int rcp__cluster_max_redirects(struct rcp_cluster *cl);
-int rcp__cluster_max_retries(struct rcp_cluster *cl);
+/* blocking.c: a blocking command (classified RCP__ROUTE_BLOCKING) on a
+ * dedicated connection. Contract as rcp_cluster_send_argv. */
+int rcp__blocking_send(struct rcp_cluster *cl, rcp_future *f, const rcp__req *rq, int argc,
+                       const char **argv, const size_t *argvlen);
+rcp_reply *rcp__blocking_command(struct rcp_cluster *cl, const rcp__req *rq, int timeout_ms,
+                                 int argc, const char **argv, const size_t *argvlen);
 
 #endif

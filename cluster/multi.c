@@ -266,7 +266,7 @@ int rcp__multi_send(rcp_cluster *cl, rcp_future *f, int policy, int argc, const 
         k0len = plen[1] < sizeof p->key0 - 1 ? plen[1] : sizeof p->key0 - 1;
         memcpy(p->key0, k0, k0len);
         p->key0[k0len] = '\0';
-        rv = rcp_cluster_send_argv_policy(cl, &p->f, policy, (int)n, pargv, plen);
+        rv = rcp__async_argv(cl, &p->f, policy, (int)n, pargv, plen);
         if (rv != RCP_OK) {
             if (i == 0)
                 break; /* nothing was sent: refuse the whole command */
@@ -292,12 +292,13 @@ int rcp__multi_send(rcp_cluster *cl, rcp_future *f, int policy, int argc, const 
 }
 
 /* The sync form: the same parts, waited for on the caller's thread. */
-rcp_reply *rcp__multi_command(rcp_cluster *cl, int policy, int argc, const char **argv,
-                              const size_t *argvlen)
+rcp_reply *rcp__multi_command(rcp_cluster *cl, int policy, int timeout_ms, int argc,
+                              const char **argv, const size_t *argvlen)
 {
     rcp__waiter w;
     int rv;
     rcp__waiter_init(&w);
+    w.f.timeout_ms = timeout_ms;
     rv = rcp__multi_send(cl, &w.f, policy, argc, argv, argvlen);
     return rcp__waiter_wait(&w, rv, "split multi-key command refused");
 }

@@ -15,8 +15,9 @@ int rcp__multi_kind(int argc, const char **argv, const size_t *argvlen);
 int rcp__multi_send(rcp_cluster *cl, rcp_future *f, int policy, int argc, const char **argv,
                     const size_t *argvlen);
 
-/* The same, waited for: always a reply the caller frees. */
-rcp_reply *rcp__multi_command(rcp_cluster *cl, int policy, int argc, const char **argv,
-                              const size_t *argvlen);
+/* The same, waited for (timeout_ms as a future's): always a reply the
+ * caller frees. */
+rcp_reply *rcp__multi_command(rcp_cluster *cl, int policy, int timeout_ms, int argc,
+                              const char **argv, const size_t *argvlen);
 
 #endif

@@ -88,7 +88,7 @@ static int run_send(run *r)
         r->argvlen[1] = 40;
     }
     r->argvlen[0] = strlen(r->argv[0]);
-    return rcp_cluster_send_argv(r->cl, &r->f, r->argc, r->argv, r->argvlen);
+    return rcp__async_argv(r->cl, &r->f, -1, r->argc, r->argv, r->argvlen);
 }
 
 static int is_noscript(const rcp_reply *rp)

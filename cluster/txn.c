@@ -143,51 +143,32 @@ int rcp_txn_add(rcp_txn *t, const char *fmt, ...)
     return rv;
 }
 
-/* Where the transaction goes when nothing redirected it: the slot's
- * master, or (no key) some master. */
-static int home(rcp_txn *t, char *host, size_t hostlen, int *port)
-{
-    if (t->has_slot)
-        return rcp__cluster_slot_master(t->cl, t->slot, host, hostlen, port);
-    {
-        rcp__node *nodes[1];
-        int is_master[1];
-        if (rcp__cluster_map_nodes(t->cl, 0, nodes, is_master, 1) == 0)
-            return -1;
-        snprintf(host, hostlen, "%s", nodes[0]->host);
-        *port = nodes[0]->port;
-        return 0;
-    }
-}
-
 /* The first redirect-or-retry answer among the queued commands, else the
  * reason EXEC gives ("EXECABORT Transaction discarded because of: MOVED
- * ..."). Fills rd; 0 if there is none. */
-static int find_redirect(rcp__gather_slot *s, size_t n, rcp__redirect *rd)
+ * ..."), as an error reply of its own for the retry rules (retry.c); NULL
+ * if there is none (the abort is the caller's answer). */
+static rcp_reply *find_retry(rcp__gather_slot *s, size_t n)
 {
     size_t i;
+    rcp__redirect rd;
     const rcp_reply *ex = s[n + 1].r;
     for (i = 1; i <= n; i++) {
         const rcp_reply *r = s[i].r;
         if (r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER) {
-            rcp__parse_redirect(r->str, r->len, rd);
-            if (rd->kind != RCP__RD_NONE && rd->kind != RCP__RD_BAD)
-                return 1;
+            rcp__parse_redirect(r->str, r->len, &rd);
+            if (rd.kind != RCP__RD_NONE && rd.kind != RCP__RD_BAD)
+                return rcp__reply_error_new(RCP_ERR_SERVER, r->str);
         }
     }
     if (ex->type == RCP_REPLY_ERROR && ex->err == RCP_ERR_SERVER) {
         static const char because[] = "because of: ";
         const char *p = strstr(ex->str, because);
-        if (p) {
-            p += sizeof because - 1;
-            rcp__parse_redirect(p, ex->len - (size_t)(p - ex->str), rd);
-        } else {
-            rcp__parse_redirect(ex->str, ex->len, rd);
-        }
-        if (rd->kind != RCP__RD_NONE && rd->kind != RCP__RD_BAD)
-            return 1;
+        p = p ? p + sizeof because - 1 : ex->str;
+        rcp__parse_redirect(p, ex->len - (size_t)(p - ex->str), &rd);
+        if (rd.kind != RCP__RD_NONE && rd.kind != RCP__RD_BAD)
+            return rcp__reply_error_new(RCP_ERR_SERVER, p);
     }
-    return 0;
+    return NULL;
 }
 
 /* EXECABORT with the queued commands' own errors, for the caller. */
@@ -209,10 +190,11 @@ static rcp_reply *abort_reply(rcp__gather_slot *s, size_t n)
     return rcp__reply_error_new(ex->err, msg);
 }
 
-/* One attempt on conn. *out is the final answer, or NULL to try again
- * (then *rd says where, or rd->kind is NONE for "same place, later"). */
+/* One attempt on conn. *out is the final answer, or NULL to try again:
+ * then *again is the answer that asks for it (a redirect, a retry-later
+ * error, or "EXEC not sent"), for the retry rules; the caller frees it. */
 static void attempt(rcp_txn *t, struct rcp_conn *conn, int asking, rcp_reply **out,
-                    rcp__redirect *rd)
+                    rcp_reply **again)
 {
     size_t n = t->cmds.n, i, total = n + 2;
     rcp__gather_slot stack_s[18], *s = stack_s;
@@ -224,7 +206,7 @@ static void attempt(rcp_txn *t, struct rcp_conn *conn, int asking, rcp_reply **o
     int rv;
 
     *out = NULL;
-    rd->kind = RCP__RD_NONE;
+    *again = NULL;
     if (total > 18) {
         s = rcp__malloc(total * sizeof(*s));
         f = rcp__malloc(total * sizeof(*f));
@@ -251,8 +233,8 @@ static void attempt(rcp_txn *t, struct rcp_conn *conn, int asking, rcp_reply **o
 
     ex = s[total - 1].r;
     if (ex->type == RCP_REPLY_ERROR && ex->err == RCP_ERR_NOT_SENT) {
-        /* EXEC never written: nothing ran. Try again after a refresh. */
-        rcp__cluster_refresh_soon(t->cl);
+        /* EXEC never written: nothing ran. Try again, by the rules. */
+        *again = rcp__reply_error_new(RCP_ERR_NOT_SENT, ex->str);
     } else if (ex->type == RCP_REPLY_ERROR && ex->err != RCP_ERR_SERVER) {
         char msg[400];
         snprintf(msg, sizeof msg, "transaction outcome unknown (EXEC was sent): %.*s",
@@ -260,13 +242,9 @@ static void attempt(rcp_txn *t, struct rcp_conn *conn, int asking, rcp_reply **o
         *out = rcp__reply_error_new(ex->err, msg);
     } else if (ex->type == RCP_REPLY_ERROR) {
         /* EXECABORT or an error of EXEC itself: nothing ran. */
-        if (!find_redirect(s, n, rd) || rd->kind == RCP__RD_READONLY) {
-            rd->kind = RCP__RD_NONE;
+        *again = find_retry(s, n);
+        if (!*again)
             *out = abort_reply(s, n);
-        } else if (rd->kind == RCP__RD_MOVED || rd->kind == RCP__RD_ASK ||
-                   rd->kind == RCP__RD_CLUSTERDOWN) {
-            rcp__cluster_refresh_soon(t->cl);
-        }
     } else {
         *out = s[total - 1].r; /* the EXEC array, or nil: a WATCHed key changed */
         s[total - 1].r = NULL;
@@ -282,63 +260,71 @@ done:
     }
 }
 
+/* The transaction's routing state for the retry rules: its slot, and a
+ * write (never resent once EXEC may have run). */
+static void txn_req(rcp_txn *t, rcp__req *rq)
+{
+    memset(rq, 0, sizeof *rq);
+    rq->has_slot = t->has_slot;
+    rq->slot = t->slot;
+    rq->flags = RCP__CMD_WRITE;
+    rq->policy = RCP_READ_MASTER_ONLY;
+}
+
+/* What the retry rules say of `again`: 1 to try again (after sleeping
+ * their backoff, when they say later), 0 with *out the final answer.
+ * Frees again. */
+static int txn_retry(rcp_txn *t, rcp__req *rq, rcp__node *asked, rcp_reply *again,
+                     rcp_reply **out)
+{
+    uint64_t delay = 0;
+    int code = RCP_OK, act;
+    char msg[300];
+    act = rcp__retry_decide(t->cl, rq, asked, again, &delay, &code, msg, sizeof msg);
+    if (act != RCP__ACT_FAIL && rcp__cluster_closing(t->cl)) {
+        *out = rcp__reply_error_new(RCP_ERR_CLOSED, "transaction not run: cluster handle closed");
+    } else if (act == RCP__ACT_FAIL) {
+        *out = rcp__reply_error_new(code, msg);
+    } else if (act == RCP__ACT_DONE) {
+        snprintf(msg, sizeof msg, "transaction not run: still refused after %d retries: %.*s",
+                 rq->retries - 1, (int)(again->len < 200 ? again->len : 200), again->str);
+        *out = rcp__reply_error_new(again->err == RCP_ERR_SERVER ? RCP_ERR_NOT_SENT : again->err,
+                                    msg);
+    } else {
+        if (act == RCP__ACT_LATER)
+            usleep((useconds_t)(delay / 1000));
+        rcp_reply_free(again);
+        return 1;
+    }
+    rcp_reply_free(again);
+    return 0;
+}
+
 /* The unwatched path: the shared pipeline of wherever the slot lives. */
 static rcp_reply *exec_shared(rcp_txn *t)
 {
-    char host[256];
-    int port = 0, asking = 0, redirects = 0, retries = 0, directed = 0;
-    int max_redirects = rcp__cluster_max_redirects(t->cl);
-    int max_retries = rcp__cluster_max_retries(t->cl);
-    unsigned backoff_ms = 10;
-
+    rcp__req rq;
+    txn_req(t, &rq);
     for (;;) {
-        rcp__node *node;
-        struct rcp_conn *conn = NULL;
-        rcp_reply *out;
-        rcp__redirect rd;
+        rcp__node *node = rcp__route_master(t->cl, &rq);
+        struct rcp_conn *conn = node ? rcp__cluster_pin(node, RCP__AS_MASTER) : NULL;
+        rcp_reply *out = NULL, *again = NULL;
+        int asking = rq.asking;
 
-        if (!directed && home(t, host, sizeof host, &port) < 0) {
-            if (++retries > max_retries)
-                return rcp__reply_error_new(RCP_ERR_CLUSTER_DOWN,
-                                            "transaction: no node serves its slot");
-            usleep(backoff_ms * 1000u);
-            backoff_ms *= 2;
-            continue;
-        }
-        node = rcp__cluster_node(t->cl, host, port, RCP__AS_MASTER);
-        if (node)
-            conn = rcp__cluster_pin(node, RCP__AS_MASTER);
         if (!conn) {
             if (rcp__cluster_closing(t->cl))
                 return rcp__reply_error_new(RCP_ERR_CLOSED, "cluster handle closed");
-            rd.kind = RCP__RD_NONE;
-            out = NULL;
+            again = rcp__reply_error_new(RCP_ERR_NOT_SENT,
+                                         node ? "no connection to the slot's master"
+                                              : "no node serves the transaction's slot");
         } else {
-            attempt(t, conn, asking, &out, &rd);
+            attempt(t, conn, asking, &out, &again);
             rcp__cluster_unpin(conn);
         }
         if (out)
             return out;
-        asking = 0;
-        directed = 0;
-        if (rd.kind == RCP__RD_MOVED || rd.kind == RCP__RD_ASK) {
-            if (++redirects > max_redirects)
-                return rcp__reply_error_new(RCP_ERR_REDIRECT_LIMIT,
-                                            "transaction: too many redirects");
-            if (rd.host[0])
-                snprintf(host, sizeof host, "%s", rd.host);
-            port = rd.port;
-            directed = 1;
-            asking = rd.kind == RCP__RD_ASK;
-            continue;
-        }
-        /* TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, not sent: later. */
-        if (++retries > max_retries)
-            return rcp__reply_error_new(RCP_ERR_NOT_SENT,
-                                        "transaction not run: still refused after retries");
-        usleep(backoff_ms * 1000u);
-        if (backoff_ms < 640)
-            backoff_ms *= 2;
+        if (!txn_retry(t, &rq, node, again, &out))
+            return out;
     }
 }
 
@@ -354,11 +340,10 @@ rcp_reply *rcp_txn_watch(rcp_txn *t, int nkeys, const char **keys, const size_t 
     const char **argv;
     size_t *argvlen, len;
     char *buf;
-    int i, rv, redirects = 0, had;
+    int i, rv, had;
     unsigned old;
     rcp_reply *r = NULL;
-    char host[256];
-    int port;
+    rcp__req rq;
 
     if (!t || nkeys < 1 || !keys)
         return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_watch: no key");
@@ -406,31 +391,42 @@ rcp_reply *rcp_txn_watch(rcp_txn *t, int nkeys, const char **keys, const size_t 
         rcp__free(buf);
         return r;
     }
-    if (home(t, host, sizeof host, &port) < 0) {
-        rcp__free(buf);
-        return rcp__reply_error_new(RCP_ERR_CLUSTER_DOWN, "WATCH: no node serves the slot");
-    }
+    txn_req(t, &rq);
     for (;;) {
-        rcp__redirect rd;
-        rv = rcp__cluster_dedicated(t->cl, host, port, RCP__CONN_ONCE, &t->wconn);
+        rcp__node *node = rcp__route_master(t->cl, &rq);
+        uint64_t delay = 0;
+        int code, act;
+        char msg[300];
+        if (!node) {
+            rcp__free(buf);
+            return rcp__reply_error_new(RCP_ERR_CLUSTER_DOWN, "WATCH: no node serves the slot");
+        }
+        rv = rcp__cluster_dedicated(t->cl, node->host, node->port, RCP__CONN_ONCE, &t->wconn);
         if (rv != RCP_OK) {
             rcp__free(buf);
             return rcp__reply_error_new(rv, "WATCH: no connection");
         }
-        snprintf(t->whost, sizeof t->whost, "%s", host);
-        t->wport = port;
+        snprintf(t->whost, sizeof t->whost, "%s", node->host);
+        t->wport = node->port;
         r = on_wconn(t, buf, len);
         if (r->type != RCP_REPLY_ERROR || r->err != RCP_ERR_SERVER)
             break;
-        rcp__parse_redirect(r->str, r->len, &rd);
-        if (rd.kind != RCP__RD_MOVED || ++redirects > rcp__cluster_max_redirects(t->cl))
-            break; /* ASK (the slot is migrating) and the rest: the caller's to retry */
-        rcp__cluster_refresh_soon(t->cl);
+        /* The retry rules patch the map on MOVED; only a MOVED (a new
+         * owner, on a new connection) or a retry-later answer is tried
+         * again here. ASK (the slot is migrating) and the rest are the
+         * caller's to retry. */
+        act = rcp__retry_decide(t->cl, &rq, node, r, &delay, &code, msg, sizeof msg);
+        if (act == RCP__ACT_FAIL) {
+            rcp_reply_free(r);
+            r = rcp__reply_error_new(code, msg);
+            break;
+        }
+        if (act == RCP__ACT_DONE || rq.asking || rcp__cluster_closing(t->cl))
+            break;
         unwatch(t);
         rcp_reply_free(r);
-        if (rd.host[0])
-            snprintf(host, sizeof host, "%s", rd.host);
-        port = rd.port;
+        if (act == RCP__ACT_LATER)
+            usleep((useconds_t)(delay / 1000));
     }
     rcp__free(buf);
     if (r->type == RCP_REPLY_ERROR)
@@ -488,8 +484,19 @@ rcp_reply *rcp_txn_exec(rcp_txn *t)
     if (t->cmds.n == 0 && !t->wconn)
         return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_exec: no command queued");
     if (t->wconn) {
-        rcp__redirect rd;
-        attempt(t, t->wconn, 0, &r, &rd);
+        rcp_reply *again;
+        attempt(t, t->wconn, 0, &r, &again);
+        if (again) {
+            /* Not run. The answer still teaches the map (a MOVED is
+             * recorded); the WATCH is lost, so the caller retries. */
+            rcp__req rq;
+            uint64_t delay;
+            int code;
+            char msg[300];
+            txn_req(t, &rq);
+            rcp__retry_decide(t->cl, &rq, NULL, again, &delay, &code, msg, sizeof msg);
+            rcp_reply_free(again);
+        }
         if (!r) {
             /* Not run: the WATCH connection was lost, or the slot moved. */
             char msg[400];

@@ -72,8 +72,15 @@ RCP_API void rcp_cluster_close(rcp_cluster *c);
 
 /* Async send, routed by the command's keys. Same contract as
  * rcp_conn_send_argv: RCP_OK means f->resolve runs exactly once (after
- * redirects and retries), any other code means it never runs. Commands
- * whose keys hash to different slots get RCP_ERR_CROSS_SLOT. */
+ * redirects and retries), any other code means it never runs. Returned at
+ * once: RCP_ERR_INVALID, RCP_ERR_CLOSED, RCP_ERR_OOM, RCP_ERR_UNSUPPORTED,
+ * RCP_ERR_CROSS_SLOT (keys in different slots, for a command that is not
+ * split by slot), RCP_ERR_TOO_LARGE, and RCP_ERR_QUEUE_FULL when the node
+ * connection's queue is full and its queue_policy is RCP_QUEUE_FAIL. Once
+ * accepted, failures reach the future: RCP_ERR_NOT_SENT, RCP_ERR_IO,
+ * RCP_ERR_TIMEOUT, RCP_ERR_CLUSTER_DOWN, RCP_ERR_REDIRECT_LIMIT,
+ * RCP_ERR_CLOSED, RCP_ERR_QUEUE_FULL (a resend found the queue full), or
+ * the server's own error (RCP_ERR_SERVER). */
 RCP_API int rcp_cluster_send_argv(rcp_cluster *c, rcp_future *f, int argc, const char **argv,
                                   const size_t *argvlen);
 /* The same with a read policy for this request (-1: the handle's). */
@@ -87,6 +94,17 @@ RCP_API rcp_reply *rcp_cluster_command_argv(rcp_cluster *c, int argc, const char
                                             const size_t *argvlen);
 RCP_API rcp_reply *rcp_cluster_command(rcp_cluster *c, const char *fmt, ...);
 RCP_API rcp_reply *rcp_cluster_commandv(rcp_cluster *c, const char *fmt, va_list ap);
+/* The same with a deadline of the call's own, in milliseconds, for the
+ * whole call: redirects, retries and backoff included (0: the handle's
+ * request_timeout_ms, as the calls above; <0: none). Past it the reply is
+ * an RCP_ERR_TIMEOUT error (or the last answer, when a retry would not fit
+ * in the time left). */
+RCP_API rcp_reply *rcp_cluster_command_argv_timeout(rcp_cluster *c, int timeout_ms, int argc,
+                                                    const char **argv, const size_t *argvlen);
+RCP_API rcp_reply *rcp_cluster_command_timeout(rcp_cluster *c, int timeout_ms, const char *fmt,
+                                               ...);
+RCP_API rcp_reply *rcp_cluster_commandv_timeout(rcp_cluster *c, int timeout_ms, const char *fmt,
+                                                va_list ap);
 
 /* The hash slot (0..16383) of a key, with {hash tag} rules. */
 RCP_API unsigned rcp_keyslot(const char *key, size_t len);

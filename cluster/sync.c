@@ -1,0 +1,248 @@
+/* cluster/sync.c: the sync path: the same routing and retry rules as the
+ * async path, on the caller's own thread. A caller bound for a master
+ * that finds its connection idle does its own write and read there (the
+ * connection's lone-caller path: no hand-off to an I/O thread); a second
+ * or third lone caller uses one of the master's spare connections; when
+ * the I/O loop is driving batches, callers join them. Backoff sleeps on
+ * the caller's thread. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "cluster_int.h"
+#include "format.h"
+#include "multi.h"
+#include "reply.h"
+
+static rcp_reply *sync_error_reply(int code, const char *why)
+{
+    char msg[300];
+    if (why)
+        return rcp__reply_error_new(code, why);
+    snprintf(msg, sizeof msg, "request refused: %s", rcp_strerror(code));
+    return rcp__reply_error_new(code, msg);
+}
+
+/* A sync caller bound for a master: its own I/O on the first connection if
+ * that is idle; else, if that one is busy with a single lone caller, on the
+ * first spare if it is idle; else, if that spare too is busy with a lone
+ * caller, on the next one, and so on (spares are made on first need); else
+ * NULL (the caller queues on the first connection, where the loop batches
+ * it with the others). */
+static rcp_reply *try_spare(struct rcp_cluster *cl, rcp__node *node, struct rcp_conn *conn,
+                            const rcp__req *rq)
+{
+    struct rcp_conn *prev = NULL;
+    rcp_reply *r = rcp__conn_command_fast_only(conn, rq->buf, rq->len, rcp__req_remaining_ms(rq));
+    if (r)
+        return r;
+    for (int role = RCP__AS_SPARE; role < RCP__AS_SPARE + RCP__SPARES; role++) {
+        struct rcp_conn *spare;
+        /* Only another lone caller goes to a spare: when the loop is
+         * driving batches here, joining the batch is cheaper for everyone. */
+        int lone = rcp__conn_lone_busy(prev ? prev : conn);
+        if (prev)
+            rcp__cluster_unpin(prev);
+        prev = NULL;
+        if (!lone)
+            return NULL;
+        spare = rcp__cluster_pin(node, role);
+        if (!spare) {
+            rcp__node_connect_if_missing(cl, node, role); /* used from the next request on */
+            return NULL;
+        }
+        r = rcp__conn_command_fast_only(spare, rq->buf, rq->len, rcp__req_remaining_ms(rq));
+        if (r) {
+            rcp__cluster_unpin(spare);
+            return r;
+        }
+        prev = spare;
+    }
+    if (prev)
+        rcp__cluster_unpin(prev);
+    return NULL;
+}
+
+static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
+{
+    rcp_reply *r = NULL;
+    rcp__stat_add(&cl->st.requests, 1);
+    for (;;) {
+        rcp__node *node;
+        struct rcp_conn *conn;
+        int code = RCP_OK, act;
+        uint64_t delay = 0;
+        char msg[300];
+
+        conn = rcp__route(cl, rq, &node, &code);
+        if (!conn) {
+            if (code == RCP_ERR_CLUSTER_DOWN) {
+                rcp__cluster_refresh_soon(cl);
+                if (rq->deadline && rcp__now_ns() + 20000000ull < rq->deadline) {
+                    usleep(20000);
+                    continue;
+                }
+                snprintf(msg, sizeof msg, "slot %u is not served by any node (hole in the slot map)",
+                         rq->slot);
+                return rcp__reply_error_new(RCP_ERR_CLUSTER_DOWN, msg);
+            }
+            r = rcp__reply_error_new(code, "no connection to the slot's node");
+        } else {
+            r = NULL;
+            if (!rq->asking && node && conn == atomic_load(&node->conn[RCP__AS_MASTER]))
+                r = try_spare(cl, node, conn, rq);
+            if (!r)
+                r = rcp__conn_command_raw(conn, rq->buf, rq->len, rq->asking, rcp__req_remaining_ms(rq));
+            rcp__cluster_unpin(conn);
+        }
+        act = rcp__retry_decide(cl, rq, node, r, &delay, &code, msg, sizeof msg);
+        if (act == RCP__ACT_DONE)
+            return r;
+        if (act == RCP__ACT_FAIL) {
+            rcp_reply_free(r);
+            return rcp__reply_error_new(code, msg);
+        }
+        if (atomic_load(&cl->closing))
+            return r;
+        if (act == RCP__ACT_LATER) {
+            if (rq->deadline && rcp__now_ns() + delay >= rq->deadline)
+                return r; /* no time left: the last answer stands */
+            rcp_reply_free(r);
+            usleep((useconds_t)(delay / 1000));
+            continue;
+        }
+        rcp_reply_free(r);
+    }
+}
+
+/* Classify and take the command's route, waited for. fmtbuf: the bytes of
+ * a printf-style call (argv points into it; freed here), or NULL. */
+static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, const char **argv,
+                             const size_t *argvlen, char *fmtbuf, size_t fmtlen)
+{
+    rcp__req rq;
+    const char *why;
+    rcp_reply *r;
+    int code;
+    char stackbuf[512];
+
+    memset(&rq, 0, sizeof rq);
+    rq.policy = -1;
+    switch (rcp__classify(cl, argc, argv, argvlen, &rq, &code, &why)) {
+    case RCP__ROUTE_ONE:
+        break;
+    case RCP__ROUTE_SPLIT:
+        r = rcp__multi_command(cl, -1, timeout_ms, argc, argv, argvlen);
+        rcp__free(fmtbuf);
+        return r;
+    case RCP__ROUTE_BLOCKING:
+        r = rcp__blocking_command(cl, &rq, timeout_ms, argc, argv, argvlen);
+        rcp__free(fmtbuf);
+        return r;
+    default:
+        rcp__free(fmtbuf);
+        return sync_error_reply(code, why);
+    }
+    rq.len = fmtbuf ? fmtlen : rcp__format_len(argc, argv, argvlen);
+    if (rq.len > cl->node_opt.max_request_bytes) {
+        rcp__free(fmtbuf);
+        return sync_error_reply(RCP_ERR_TOO_LARGE, NULL);
+    }
+    if (fmtbuf) {
+        rq.buf = fmtbuf;
+    } else {
+        rq.buf = rq.len <= sizeof stackbuf ? stackbuf : rcp__malloc(rq.len);
+        if (!rq.buf)
+            return sync_error_reply(RCP_ERR_OOM, NULL);
+        rcp__format_write(rq.buf, argc, argv, argvlen);
+    }
+    rq.deadline = rcp__req_deadline(cl, timeout_ms);
+    r = sync_run(cl, &rq);
+    if (rq.buf != stackbuf)
+        rcp__free(rq.buf);
+    return r;
+}
+
+/* The checks every sync entry makes; NULL if the call may go on. */
+static rcp_reply *sync_refusal(rcp_cluster *cl, const char *what)
+{
+    char msg[200];
+    if (!cl) {
+        snprintf(msg, sizeof msg, "%s: NULL handle", what);
+        return sync_error_reply(RCP_ERR_INVALID, msg);
+    }
+    if (rcp__loop_on_thread())
+        return sync_error_reply(RCP_ERR_INVALID,
+                                "sync call from an I/O thread (a callback) would deadlock");
+    return NULL;
+}
+
+rcp_reply *rcp_cluster_command_argv_timeout(rcp_cluster *cl, int timeout_ms, int argc,
+                                            const char **argv, const size_t *argvlen)
+{
+    rcp_reply *r;
+    int i;
+    if (cl && (argc < 1 || !argv))
+        return sync_error_reply(RCP_ERR_INVALID, "rcp_cluster_command: NULL argv or argc < 1");
+    for (i = 0; cl && i < argc; i++)
+        if (!argv[i])
+            return sync_error_reply(RCP_ERR_INVALID, "rcp_cluster_command: NULL argument");
+    if ((r = sync_refusal(cl, "rcp_cluster_command")))
+        return r;
+    atomic_fetch_add(&cl->active_calls, 1);
+    r = sync_route(cl, timeout_ms, argc, argv, argvlen, NULL, 0);
+    atomic_fetch_sub(&cl->active_calls, 1);
+    return r;
+}
+
+rcp_reply *rcp_cluster_command_argv(rcp_cluster *cl, int argc, const char **argv,
+                                    const size_t *argvlen)
+{
+    return rcp_cluster_command_argv_timeout(cl, 0, argc, argv, argvlen);
+}
+
+rcp_reply *rcp_cluster_commandv_timeout(rcp_cluster *cl, int timeout_ms, const char *fmt,
+                                        va_list ap)
+{
+    rcp__fmt_cmd cmd;
+    const char *why;
+    rcp_reply *r;
+    int rv;
+    if ((r = sync_refusal(cl, "rcp_cluster_command")))
+        return r;
+    atomic_fetch_add(&cl->active_calls, 1);
+    rv = rcp__format_command(&cmd, fmt, ap, &why);
+    if (rv != RCP_OK)
+        r = sync_error_reply(rv, why);
+    else
+        r = sync_route(cl, timeout_ms, cmd.argc, cmd.argv, cmd.argvlen, cmd.buf, cmd.len);
+    atomic_fetch_sub(&cl->active_calls, 1);
+    return r;
+}
+
+rcp_reply *rcp_cluster_commandv(rcp_cluster *cl, const char *fmt, va_list ap)
+{
+    return rcp_cluster_commandv_timeout(cl, 0, fmt, ap);
+}
+
+rcp_reply *rcp_cluster_command(rcp_cluster *cl, const char *fmt, ...)
+{
+    va_list ap;
+    rcp_reply *r;
+    va_start(ap, fmt);
+    r = rcp_cluster_commandv_timeout(cl, 0, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+rcp_reply *rcp_cluster_command_timeout(rcp_cluster *cl, int timeout_ms, const char *fmt, ...)
+{
+    va_list ap;
+    rcp_reply *r;
+    va_start(ap, fmt);
+    r = rcp_cluster_commandv_timeout(cl, timeout_ms, fmt, ap);
+    va_end(ap);
+    return r;
+}
