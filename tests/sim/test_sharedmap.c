@@ -1,0 +1,149 @@
+/* test_sharedmap.c: every kind of request goes through the one set of
+ * retry rules (cluster/retry.c), so a MOVED that a blocking command, a
+ * transaction or a WATCH meets fixes routing for every other request too.
+ *
+ * Each case: two fake nodes whose every CLUSTER SLOTS answer says node 0
+ * owns all slots (a stale view that refreshes never correct), while node 0
+ * redirects the key's slot to node 1. After the one redirect, a plain GET
+ * must go straight to node 1: only the MOVED, recorded in the shared map,
+ * can have told the handle so. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sim.h"
+
+#define KEY "foo"
+
+static char seeds[64];
+
+static rcp_cluster *open_stale(sim_node **n)
+{
+    rcp_cluster_options o;
+    rcp_conn_options no;
+    ck_assert_int_eq(sim_start(n, 2), 0);
+    for (int i = 0; i < 2; i++)
+        sim_loadf(n[i], "%son CLUSTER SLOTS => slots 0-16383=$P0\n", sim_prelude);
+    sim_cluster_options(&o, &no, sim_addr(n[0], seeds, sizeof seeds));
+    return sim_open(&o);
+}
+
+/* The plain GET after the redirect: answered by node 1, never asked of
+ * node 0; the handle counted the MOVED. */
+static void get_goes_to_new_owner(rcp_cluster *cl, sim_node **n)
+{
+    rcp_cluster_stats st;
+    rcp_reply *r;
+    sim_loadf(n[1], "expect GET " KEY "\nsend \"$3\\r\\nnew\\r\\n\"\n");
+    r = rcp_cluster_command(cl, "GET %s", KEY);
+    ck_assert_msg(r->type == RCP_REPLY_STRING && strcmp(r->str, "new") == 0,
+                  "GET after the redirect: type %d err %d \"%s\"", r->type, r->err,
+                  r->str ? r->str : "");
+    rcp_reply_free(r);
+    ck_assert_uint_eq(sim_count(n[0], "GET " KEY), 0);
+    ck_assert_int_eq(rcp_cluster_get_stats(cl, &st), RCP_OK);
+    ck_assert_uint_ge(st.moved, 1);
+    sim_assert_done(n[0], sim_scale(5000));
+    sim_assert_done(n[1], sim_scale(5000));
+}
+
+START_TEST(blocking_command_moved_patches_map)
+{
+    sim_node *n[2];
+    rcp_cluster *cl = open_stale(n);
+    unsigned s = rcp_keyslot(KEY, 3);
+    rcp_reply *r;
+    sim_loadf(n[0], "expect BLPOP " KEY " 1\nsend \"-MOVED %u 127.0.0.1:$P1\\r\\n\"\n", s);
+    sim_loadf(n[1], "expect BLPOP " KEY " 1\nsend \"*2\\r\\n$3\\r\\nfoo\\r\\n$3\\r\\nbar\\r\\n\"\n");
+    r = rcp_cluster_command(cl, "BLPOP %s 1", KEY);
+    ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 2, "BLPOP: type %d err %d \"%s\"",
+                  r->type, r->err, r->str ? r->str : "");
+    rcp_reply_free(r);
+    get_goes_to_new_owner(cl, n);
+    rcp_cluster_close(cl);
+    sim_free_all(n, 2);
+}
+END_TEST
+
+START_TEST(transaction_moved_patches_map)
+{
+    sim_node *n[2];
+    rcp_cluster *cl = open_stale(n);
+    unsigned s = rcp_keyslot(KEY, 3);
+    rcp_txn *t = rcp_txn_new(cl);
+    rcp_reply *r;
+    sim_loadf(n[0], "expect MULTI\nsend \"+OK\\r\\n\"\n"
+                    "expect SET " KEY " v\nsend \"-MOVED %u 127.0.0.1:$P1\\r\\n\"\n"
+                    "expect EXEC\nsend \"-EXECABORT Transaction discarded because of: MOVED %u "
+                    "127.0.0.1:$P1\\r\\n\"\n", s, s);
+    sim_loadf(n[1], "expect MULTI\nsend \"+OK\\r\\n\"\n"
+                    "expect SET " KEY " v\nsend \"+QUEUED\\r\\n\"\n"
+                    "expect EXEC\nsend \"*1\\r\\n+OK\\r\\n\"\n");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(rcp_txn_add(t, "SET %s v", KEY), RCP_OK);
+    r = rcp_txn_exec(t);
+    ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 1, "EXEC: type %d err %d \"%s\"",
+                  r->type, r->err, r->str ? r->str : "");
+    rcp_reply_free(r);
+    rcp_txn_free(t);
+    get_goes_to_new_owner(cl, n);
+    rcp_cluster_close(cl);
+    sim_free_all(n, 2);
+}
+END_TEST
+
+START_TEST(watch_moved_patches_map)
+{
+    sim_node *n[2];
+    rcp_cluster *cl = open_stale(n);
+    unsigned s = rcp_keyslot(KEY, 3);
+    rcp_txn *t = rcp_txn_new(cl);
+    const char *keys[] = {KEY};
+    rcp_reply *r;
+    sim_loadf(n[0], "expect WATCH " KEY "\nsend \"-MOVED %u 127.0.0.1:$P1\\r\\n\"\n", s);
+    sim_loadf(n[1], "expect WATCH " KEY "\nsend \"+OK\\r\\n\"\n");
+    ck_assert_ptr_nonnull(t);
+    r = rcp_txn_watch(t, 1, keys, NULL);
+    ck_assert_msg(r->type == RCP_REPLY_STATUS, "WATCH: type %d err %d \"%s\"", r->type, r->err,
+                  r->str ? r->str : "");
+    rcp_reply_free(r);
+    rcp_txn_free(t); /* unwatched: the connection closes */
+    get_goes_to_new_owner(cl, n);
+    rcp_cluster_close(cl);
+    sim_free_all(n, 2);
+}
+END_TEST
+
+/* The same rules give a blocking command the retry-later treatment a
+ * plain request gets: TRYAGAIN twice, then the value. */
+START_TEST(blocking_command_tryagain_retried)
+{
+    sim_node *n[2];
+    rcp_cluster *cl = open_stale(n);
+    rcp_cluster_stats st;
+    rcp_reply *r;
+    sim_loadf(n[0], "expect BLPOP " KEY " 1\nsend \"-TRYAGAIN Multiple keys request during "
+                    "rehashing of slot\\r\\n\"\n"
+                    "expect BLPOP " KEY " 1\nsend \"-TRYAGAIN again\\r\\n\"\n"
+                    "expect BLPOP " KEY " 1\nsend \"*2\\r\\n$3\\r\\nfoo\\r\\n$3\\r\\nbar\\r\\n\"\n");
+    r = rcp_cluster_command(cl, "BLPOP %s 1", KEY);
+    ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 2, "BLPOP: type %d err %d \"%s\"",
+                  r->type, r->err, r->str ? r->str : "");
+    rcp_reply_free(r);
+    ck_assert_int_eq(rcp_cluster_get_stats(cl, &st), RCP_OK);
+    ck_assert_uint_eq(st.retries_tryagain, 2);
+    sim_assert_done(n[0], sim_scale(5000));
+    rcp_cluster_close(cl);
+    sim_free_all(n, 2);
+}
+END_TEST
+
+int main(void)
+{
+    TCase *tc = tcase_create("sharedmap");
+    tcase_add_test(tc, blocking_command_moved_patches_map);
+    tcase_add_test(tc, transaction_moved_patches_map);
+    tcase_add_test(tc, watch_moved_patches_map);
+    tcase_add_test(tc, blocking_command_tryagain_retried);
+    return sim_run("sim-sharedmap", tc);
+}
