@@ -69,18 +69,22 @@ rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **arg
 
     *why = NULL;
     *code = RCP_OK;
-    screen = rcp__command_check(argc, argv, argvlen, why);
+    if (argc < 1) {
+        *code = RCP_ERR_INVALID;
+        return RCP__ROUTE_REFUSED;
+    }
+    cmd = rcp__cmd_lookup(argc, argv, argvlen);
+    screen = rcp__cmd_screen(cmd, argc, argv, argvlen, why);
     if (screen != RCP_OK && screen != RCP_ERR_BLOCKING_COMMAND) {
         *code = screen;
         return RCP__ROUTE_REFUSED;
     }
     rq->policy = rq->policy < 0 ? cl->opt.read_policy : rq->policy;
-    cmd = rcp__cmd_lookup(argc, argv, argvlen);
     if (!cmd) {
         /* Unknown (a module's command?): any master, never resent. */
         rq->flags = RCP__CMD_NOKEY;
         rq->has_slot = 0;
-        return screen == RCP_ERR_BLOCKING_COMMAND ? RCP__ROUTE_BLOCKING : RCP__ROUTE_ONE;
+        return RCP__ROUTE_ONE;
     }
     rq->flags = rcp__cmd_flags(cmd);
     nk = rcp__cmd_keys(cmd, argc, argv, argvlen, idx, 64);
@@ -91,7 +95,8 @@ rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **arg
     }
     rq->has_slot = nk > 0;
     rv = one_slot(cmd, argc, argv, argvlen, idx, nk, rq, why);
-    if (rv == RCP_ERR_CROSS_SLOT && screen == RCP_OK && rcp__multi_kind(argc, argv, argvlen)) {
+    if (rv == RCP_ERR_CROSS_SLOT && (rq->flags & RCP__CMD_SPLIT) &&
+        rcp__multi_kind(argc, argv, argvlen)) {
         *why = NULL;
         return RCP__ROUTE_SPLIT;
     }

@@ -1,12 +1,13 @@
 /* cluster/logic.h: the cluster layer's pure functions (no I/O, no
- * threads): key hashing, the command table, redirect parsing and CLUSTER
- * SLOTS parsing. Everything here is unit-tested on its own. */
+ * threads): key hashing, redirect parsing and CLUSTER SLOTS parsing (the
+ * command table is lib/'s: cmdtable.h). Everything here is unit-tested on its own. */
 #ifndef RCP_CLUSTER_LOGIC_H
 #define RCP_CLUSTER_LOGIC_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cmdtable.h"
 #include "rcpipe/reply.h"
 
 #define RCP__SLOTS 16384
@@ -14,38 +15,6 @@
 /* crc16.c: CRC16-CCITT (XMODEM) of the key, or of the first non-empty
  * {hash tag}, mod 16384, exactly as the cluster spec. */
 unsigned rcp__keyslot(const char *key, size_t len);
-
-/* cmdtable.c: generated from Redis 7.0's COMMAND INFO / COMMAND DOCS. */
-enum {
-    RCP__CMD_READONLY = 1u << 0, /* may go to a replica; safe to resend after RCP_ERR_IO */
-    RCP__CMD_WRITE = 1u << 1,
-    RCP__CMD_BLOCKING = 1u << 2,
-    RCP__CMD_MULTIKEY = 1u << 3, /* may take more than one key */
-    RCP__CMD_NOKEY = 1u << 4,    /* takes no key at all: any master may serve it */
-    RCP__CMD_ADMIN = 1u << 5,
-    RCP__CMD_PUBSUB = 1u << 6,
-    RCP__CMD_NOSCRIPT = 1u << 7
-};
-
-typedef struct rcp__cmd rcp__cmd; /* opaque: one command or subcommand */
-
-/* The command (or "CONTAINER subcommand", e.g. OBJECT ENCODING) named by
- * argv; NULL if unknown. Case-insensitive, binary-safe (argvlen NULL:
- * C strings). */
-const rcp__cmd *rcp__cmd_lookup(int argc, const char **argv, const size_t *argvlen);
-unsigned rcp__cmd_flags(const rcp__cmd *cmd);
-const char *rcp__cmd_name(const rcp__cmd *cmd); /* e.g. "get", "object|encoding" */
-/* The i-th table entry in name order (subcommands included), NULL past the
- * end: for tests and tools that walk the whole table. */
-const rcp__cmd *rcp__cmd_at(size_t i);
-
-/* Indices into argv of the command's keys, from its key specs (handles
- * EVAL/EVALSHA/FCALL numkeys, XREAD/XREADGROUP ... STREAMS, ZUNIONSTORE-style
- * numkeys, MIGRATE with KEYS, subcommands). Writes at most max indices;
- * returns the number of keys (may exceed max), 0 for none, -1 if argv does
- * not fit the command's syntax (e.g. numkeys larger than the arguments). */
-int rcp__cmd_keys(const rcp__cmd *cmd, int argc, const char **argv, const size_t *argvlen,
-                  int *idx, int max);
 
 /* redirect.c: what a server error reply asks of the cluster client. */
 typedef enum rcp__redirect_kind {

@@ -1,14 +1,16 @@
-/* lib/format.c: RESP request formatting and command screening.
+/* lib/format.c: RESP request formatting.
  *
  * Requests are formatted straight into the connection's pending batch (the
- * length is computed first), so a request costs one copy. Screening keeps
- * commands that would stall or corrupt a connection shared by many callers
- * (blocking pops, MULTI, SUBSCRIBE, SELECT...) off the pipeline. */
+ * length is computed first), so a request costs one copy. Screening (the
+ * command table's facts, cmdtable.c) keeps commands that would stall or
+ * corrupt a connection shared by many callers (blocking pops, MULTI,
+ * SUBSCRIBE, SELECT...) off the pipeline. */
 #include <hiredis/hiredis.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
+#include "cmdtable.h"
 #include "format.h"
 #include "rcpipe/common.h"
 
@@ -170,70 +172,9 @@ int rcp__arg_is(const char *arg, size_t len, const char *word)
     return word[len] == '\0';
 }
 
-/* Screened command names with their lengths: a name of another length is
- * rejected with one comparison, so screening costs little per request. */
-typedef struct word {
-    const char *w;
-    size_t len;
-} word;
-#define W(s) {s, sizeof(s) - 1}
-
-static const word blocking[] = {
-    W("BLPOP"), W("BRPOP"), W("BRPOPLPUSH"), W("BLMOVE"), W("BLMPOP"), W("BZPOPMIN"),
-    W("BZPOPMAX"), W("BZMPOP"), W("WAIT"), W("WAITAOF"), {NULL, 0},
-};
-
-static const word stateful[] = {
-    W("MULTI"), W("EXEC"), W("DISCARD"), W("WATCH"), W("UNWATCH"), W("SUBSCRIBE"),
-    W("PSUBSCRIBE"), W("SSUBSCRIBE"), W("UNSUBSCRIBE"), W("PUNSUBSCRIBE"), W("SUNSUBSCRIBE"),
-    W("MONITOR"), W("SYNC"), W("PSYNC"), W("QUIT"), W("RESET"), W("HELLO"), W("SELECT"),
-    W("AUTH"), W("READONLY"), W("READWRITE"), {NULL, 0},
-};
-
-static int in_list(const char *arg, size_t len, const word *list)
-{
-    int i;
-    for (i = 0; list[i].w; i++)
-        if (list[i].len == len && rcp__arg_is(arg, len, list[i].w))
-            return 1;
-    return 0;
-}
-
 int rcp__command_check(int argc, const char **argv, const size_t *argvlen, const char **why)
 {
-    size_t l0;
-    int i;
     if (argc < 1)
         return RCP_ERR_INVALID;
-    l0 = arglen(argv, argvlen, 0);
-    if (in_list(argv[0], l0, blocking)) {
-        *why = "blocking command refused: it would stall every request queued behind it "
-               "on this shared pipelined connection";
-        return RCP_ERR_BLOCKING_COMMAND;
-    }
-    if (rcp__arg_is(argv[0], l0, "XREAD") || rcp__arg_is(argv[0], l0, "XREADGROUP")) {
-        for (i = 1; i < argc; i++) {
-            size_t l = arglen(argv, argvlen, i);
-            if (rcp__arg_is(argv[i], l, "STREAMS"))
-                break;
-            if (rcp__arg_is(argv[i], l, "BLOCK")) {
-                *why = "blocking command refused: XREAD/XREADGROUP with BLOCK would stall "
-                       "every request queued behind it on this shared pipelined connection";
-                return RCP_ERR_BLOCKING_COMMAND;
-            }
-        }
-    }
-    if (in_list(argv[0], l0, stateful)) {
-        *why = "command refused: it changes the state of the connection, which is shared "
-               "by every caller of this handle (use the handle's options for AUTH/SELECT-like "
-               "settings; transactions and pub/sub need a dedicated connection)";
-        return RCP_ERR_UNSUPPORTED;
-    }
-    if (rcp__arg_is(argv[0], l0, "CLIENT") && argc >= 2 &&
-        rcp__arg_is(argv[1], arglen(argv, argvlen, 1), "REPLY")) {
-        *why = "CLIENT REPLY refused: replies on a shared pipelined connection must match "
-               "requests one to one";
-        return RCP_ERR_UNSUPPORTED;
-    }
-    return RCP_OK;
+    return rcp__cmd_screen(rcp__cmd_lookup(argc, argv, argvlen), argc, argv, argvlen, why);
 }

@@ -38,7 +38,8 @@ int rcp__format_command(rcp__fmt_cmd *out, const char *fmt, va_list ap, const ch
 int rcp__format_split(const char *buf, size_t len, const char **argv, size_t *argvlen, int max);
 
 /* RCP_OK, RCP_ERR_BLOCKING_COMMAND or RCP_ERR_UNSUPPORTED; *why gets static
- * text explaining a refusal. */
+ * text explaining a refusal. The command table's rcp__cmd_screen, for a
+ * caller that has not looked the command up. */
 int rcp__command_check(int argc, const char **argv, const size_t *argvlen, const char **why);
 
 /* Case-insensitive compare of a counted string with a C string. */

@@ -127,7 +127,7 @@ int rcp_fuzz_cmd(const uint8_t *data, size_t size)
     if (cmd) {
         const char *name = rcp__cmd_name(cmd);
         FUZZ_CHECK(name != NULL && strlen(name) < 64);
-        FUZZ_CHECK((rcp__cmd_flags(cmd) & ~0xffu) == 0);
+        FUZZ_CHECK((rcp__cmd_flags(cmd) & ~((RCP__CMD_SPLIT << 1) - 1)) == 0);
     } else {
         FUZZ_CHECK(rcp__cmd_flags(cmd) == 0 && rcp__cmd_name(cmd) == NULL);
     }
@@ -137,10 +137,15 @@ int rcp_fuzz_cmd(const uint8_t *data, size_t size)
     FUZZ_CHECK(rv == RCP_OK || rv == RCP_ERR_BLOCKING_COMMAND || rv == RCP_ERR_UNSUPPORTED);
     FUZZ_CHECK(rv == RCP_OK || (why != NULL && why[0] != '\0'));
     /* Every command the table flags as blocking is refused by the
-     * screening, except XREAD/XREADGROUP, which block only with BLOCK. */
-    if (cmd && (rcp__cmd_flags(cmd) & RCP__CMD_BLOCKING) && strcmp(rcp__cmd_name(cmd), "xread") &&
-        strcmp(rcp__cmd_name(cmd), "xreadgroup"))
+     * screening, except XREAD/XREADGROUP, which block only with BLOCK (and
+     * are flagged so); every connection-state command is refused. */
+    if (cmd && (rcp__cmd_flags(cmd) & RCP__CMD_BLOCKING) &&
+        !(rcp__cmd_flags(cmd) & RCP__CMD_BLOCK_OPTION))
         FUZZ_CHECK(rv == RCP_ERR_BLOCKING_COMMAND);
+    if (cmd && (rcp__cmd_flags(cmd) & RCP__CMD_BLOCK_OPTION))
+        FUZZ_CHECK(!strcmp(rcp__cmd_name(cmd), "xread") || !strcmp(rcp__cmd_name(cmd), "xreadgroup"));
+    if (cmd && (rcp__cmd_flags(cmd) & RCP__CMD_CONNSTATE))
+        FUZZ_CHECK(rv == RCP_ERR_UNSUPPORTED);
 
     check_format(argc, argv, cstrings ? NULL : argvlen);
     free(copy);

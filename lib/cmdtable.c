@@ -1,13 +1,15 @@
-/* cluster/cmdtable.c: what the cluster layer knows about each command: its
- * flags (read-only, write, blocking, ...) and where its keys are. Owns the
- * command table and the key-spec reader.
+/* lib/cmdtable.c: what the library knows about each command: its flags
+ * (read-only, write, blocking, connection state, split by slot, ...) and
+ * where its keys are. Owns the command table, the key-spec reader and the
+ * screening of what a shared pipeline may carry. The connection (lib/)
+ * screens with it; the cluster layer routes with it (keys and slots).
  *
  * The table itself is data generated from a real server's COMMAND reply
  * (cmdtable_data.inc, committed). To regenerate it, from the source root
  * (bash):
  *
  *     read PORT PID DIR < <(tests/scripts/redis-node.sh start)
- *     python3 cluster/gen_cmdtable.py 127.0.0.1 "$PORT" > cluster/cmdtable_data.inc
+ *     python3 lib/gen_cmdtable.py 127.0.0.1 "$PORT" > lib/cmdtable_data.inc
  *     tests/scripts/redis-node.sh stop "$PID" "$DIR"
  *
  * Keys are found with Redis 7's key specs, read generically: a begin search
@@ -20,7 +22,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "logic.h"
+#include "cmdtable.h"
+#include "format.h"
+#include "rcpipe/common.h"
 
 enum { BS_UNKNOWN, BS_INDEX, BS_KEYWORD };
 enum { FK_UNKNOWN, FK_RANGE, FK_KEYNUM };
@@ -371,4 +375,37 @@ int rcp__cmd_keys(const rcp__cmd *cmd, int argc, const char **argv, const size_t
         if (spec_keys(&keyspecs[cmd->spec0 + s], argc, argv, argvlen, &o) < 0)
             return -1;
     return o.n;
+}
+
+int rcp__cmd_screen(const rcp__cmd *cmd, int argc, const char **argv, const size_t *argvlen,
+                    const char **why)
+{
+    int i;
+    if (!cmd)
+        return RCP_OK; /* unknown (a module's command?): nothing known against it */
+    if (cmd->flags & RCP__CMD_CONNSTATE) {
+        *why = "command refused: it changes the state of the connection, which is shared "
+               "by every caller of this handle (use the handle's options for AUTH/SELECT-like "
+               "settings; transactions and pub/sub need a dedicated connection)";
+        return RCP_ERR_UNSUPPORTED;
+    }
+    if (cmd->flags & RCP__CMD_BLOCK_OPTION) {
+        for (i = 1; i < argc; i++) {
+            size_t l = arg_len(argv, argvlen, i);
+            if (rcp__arg_is(argv[i], l, "STREAMS"))
+                break;
+            if (rcp__arg_is(argv[i], l, "BLOCK")) {
+                *why = "blocking command refused: its BLOCK option would stall every request "
+                       "queued behind it on this shared pipelined connection";
+                return RCP_ERR_BLOCKING_COMMAND;
+            }
+        }
+        return RCP_OK;
+    }
+    if (cmd->flags & RCP__CMD_BLOCKING) {
+        *why = "blocking command refused: it would stall every request queued behind it "
+               "on this shared pipelined connection";
+        return RCP_ERR_BLOCKING_COMMAND;
+    }
+    return RCP_OK;
 }

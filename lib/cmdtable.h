@@ -1,0 +1,53 @@
+/* lib/cmdtable.h: the command table, the library's one source of facts
+ * about commands: flags (read-only, write, blocking, connection state,
+ * split by slot, ...) and where a command's keys are. Generated from a
+ * real server's COMMAND reply plus the facts COMMAND does not state
+ * (gen_cmdtable.py, committed as cmdtable_data.inc). Pure functions: no
+ * I/O, no lock, no allocation. */
+#ifndef RCP_CMDTABLE_H
+#define RCP_CMDTABLE_H
+
+#include <stddef.h>
+
+enum {
+    RCP__CMD_READONLY = 1u << 0, /* may go to a replica; safe to resend after RCP_ERR_IO */
+    RCP__CMD_WRITE = 1u << 1,
+    RCP__CMD_BLOCKING = 1u << 2,
+    RCP__CMD_MULTIKEY = 1u << 3, /* may take more than one key */
+    RCP__CMD_NOKEY = 1u << 4,    /* takes no key at all: any master may serve it */
+    RCP__CMD_ADMIN = 1u << 5,
+    RCP__CMD_PUBSUB = 1u << 6,
+    RCP__CMD_NOSCRIPT = 1u << 7,
+    RCP__CMD_CONNSTATE = 1u << 8,    /* changes the connection's state: never on a shared pipeline */
+    RCP__CMD_BLOCK_OPTION = 1u << 9, /* blocks only with its BLOCK option (XREAD, XREADGROUP) */
+    RCP__CMD_SPLIT = 1u << 10        /* the cluster layer splits it by slot across nodes */
+};
+
+typedef struct rcp__cmd rcp__cmd; /* opaque: one command or subcommand */
+
+/* The command (or "CONTAINER subcommand", e.g. OBJECT ENCODING) named by
+ * argv; NULL if unknown. Case-insensitive, binary-safe (argvlen NULL:
+ * C strings). */
+const rcp__cmd *rcp__cmd_lookup(int argc, const char **argv, const size_t *argvlen);
+unsigned rcp__cmd_flags(const rcp__cmd *cmd);
+const char *rcp__cmd_name(const rcp__cmd *cmd); /* e.g. "get", "object|encoding" */
+/* The i-th table entry in name order (subcommands included), NULL past the
+ * end: for tests and tools that walk the whole table. */
+const rcp__cmd *rcp__cmd_at(size_t i);
+
+/* Indices into argv of the command's keys, from its key specs (handles
+ * EVAL/EVALSHA/FCALL numkeys, XREAD/XREADGROUP ... STREAMS, ZUNIONSTORE-style
+ * numkeys, MIGRATE with KEYS, subcommands). Writes at most max indices;
+ * returns the number of keys (may exceed max), 0 for none, -1 if argv does
+ * not fit the command's syntax (e.g. numkeys larger than the arguments). */
+int rcp__cmd_keys(const rcp__cmd *cmd, int argc, const char **argv, const size_t *argvlen,
+                  int *idx, int max);
+
+/* How a command may travel, from its flags (and, for RCP__CMD_BLOCK_OPTION
+ * commands, its arguments): RCP_OK (a shared pipeline carries it),
+ * RCP_ERR_BLOCKING_COMMAND or RCP_ERR_UNSUPPORTED (connection state), with
+ * *why static text for a refusal. cmd NULL (unknown command): RCP_OK. */
+int rcp__cmd_screen(const rcp__cmd *cmd, int argc, const char **argv, const size_t *argvlen,
+                    const char **why);
+
+#endif
