@@ -95,7 +95,7 @@ size_t rcp_cluster_command_nodes(rcp_cluster *cl, int which, rcp_node_reply *out
     return n;
 }
 
-void rcp_node_replies_free(rcp_node_reply *out, size_t n)
+void rcp_cluster_node_replies_free(rcp_node_reply *out, size_t n)
 {
     size_t i;
     if (!out)

@@ -1,4 +1,5 @@
-/* lib/errors.c: names of error codes and the library version. */
+/* lib/errors.c: names of error codes and event types, and the library
+ * version. */
 #include "rcpipe/common.h"
 
 static const char *const names[RCP_ERR__COUNT] = {
@@ -27,6 +28,36 @@ const char *rcp_strerror(int code)
     if (code < 0 || code >= RCP_ERR__COUNT || !names[code])
         return "unknown error code";
     return names[code];
+}
+
+#define N(x) [x] = #x
+static const char *const ids[RCP_ERR__COUNT] = {
+    N(RCP_OK), N(RCP_ERR_INVALID), N(RCP_ERR_OOM), N(RCP_ERR_IO), N(RCP_ERR_NOT_SENT),
+    N(RCP_ERR_TIMEOUT), N(RCP_ERR_QUEUE_FULL), N(RCP_ERR_PROTOCOL), N(RCP_ERR_CLOSED),
+    N(RCP_ERR_CONNECT), N(RCP_ERR_AUTH), N(RCP_ERR_BLOCKING_COMMAND), N(RCP_ERR_UNSUPPORTED),
+    N(RCP_ERR_TOO_LARGE), N(RCP_ERR_SERVER), N(RCP_ERR_CLUSTER_DOWN), N(RCP_ERR_CROSS_SLOT),
+    N(RCP_ERR_REDIRECT_LIMIT),
+};
+
+static const char *const events[RCP_EVENT_PUBSUB_RESUBSCRIBED + 1] = {
+    N(RCP_EVENT_CONNECTED), N(RCP_EVENT_DISCONNECTED), N(RCP_EVENT_CONNECT_FAILED),
+    N(RCP_EVENT_CLOSED), N(RCP_EVENT_MAP_UPDATED), N(RCP_EVENT_REFRESH_FAILED),
+    N(RCP_EVENT_PUBSUB_INTERRUPTED), N(RCP_EVENT_PUBSUB_RESUBSCRIBED),
+};
+#undef N
+
+const char *rcp_err_name(int code)
+{
+    if (code < 0 || code >= RCP_ERR__COUNT || !ids[code])
+        return "RCP_ERR_UNKNOWN";
+    return ids[code];
+}
+
+const char *rcp_event_name(int type)
+{
+    if (type < 0 || type >= (int)(sizeof events / sizeof events[0]) || !events[type])
+        return "RCP_EVENT_UNKNOWN";
+    return events[type];
 }
 
 const char *rcp_version(void)

@@ -92,7 +92,7 @@ int main(int argc, char **argv)
         for (i = 0; i < n && i < 32; i++)
             printf("DBSIZE %-21s %lld\n", nr[i].addr,
                    nr[i].reply->type == RCP_REPLY_INTEGER ? nr[i].reply->integer : -1);
-        rcp_node_replies_free(nr, n < 32 ? n : 32);
+        rcp_cluster_node_replies_free(nr, n < 32 ? n : 32);
     }
     {
         rcp_cluster_scan *sc = rcp_cluster_scan_new(h, "batch:*", 100, NULL);

@@ -30,14 +30,6 @@ typedef enum rcp_read_policy {
                                        * round-trip time (the refresher PINGs every node) */
 } rcp_read_policy;
 
-/* Cluster events (rcp_event.type), in addition to conn.h's node events,
- * which are reported with the node's host and port. */
-enum {
-    RCP_EVENT_MAP_UPDATED = 16,   /* a new slot map was published; message says why */
-    RCP_EVENT_REFRESH_FAILED = 17 /* no node gave a valid slot table; message names each
-                                   * node asked and why; the old map stays */
-};
-
 typedef struct rcp_cluster_options {
     const char *seeds;          /* "host:port[,host:port...]"; required */
     int read_policy;            /* rcp_read_policy for read-only commands; default MASTER_ONLY */
@@ -143,7 +135,7 @@ RCP_API size_t rcp_cluster_get_nodes(rcp_cluster *c, rcp_cluster_node_info *out,
  * entries, each with the node's address and role and a reply it owns
  * (a client error if that node could not be asked); returns the number of
  * nodes asked (0 and nothing filled if the command is refused, e.g.
- * NULL or a blocking command). Free with rcp_node_replies_free. Nothing is
+ * NULL or a blocking command). Free with rcp_cluster_node_replies_free. Nothing is
  * retried or redirected: the reply is that node's. */
 enum { RCP_NODES_MASTERS = 0, RCP_NODES_ALL = 1 };
 
@@ -156,7 +148,7 @@ typedef struct rcp_node_reply {
 RCP_API size_t rcp_cluster_command_nodes(rcp_cluster *c, int which, rcp_node_reply *out,
                                          size_t max, int argc, const char **argv,
                                          const size_t *argvlen);
-RCP_API void rcp_node_replies_free(rcp_node_reply *out, size_t n);
+RCP_API void rcp_cluster_node_replies_free(rcp_node_reply *out, size_t n);
 
 /* Cluster-wide SCAN: walks every master of the map taken at creation, one
  * after the other, each with its own cursor. match, type: NULL for none;

@@ -46,6 +46,49 @@ typedef enum rcp_err {
 
 /* Static text naming the code (never NULL, never to be freed). */
 RCP_API const char *rcp_strerror(int code);
+/* The code's identifier, e.g. "RCP_ERR_IO" (static text; "RCP_ERR_UNKNOWN"
+ * for a value that is no code), for logs and tests. */
+RCP_API const char *rcp_err_name(int code);
+
+/* Every event type, of connections, cluster handles and subscribers
+ * (rcp_event.type). Only ever appended to. */
+typedef enum rcp_event_type {
+    /* A connection to one node (rcp_conn, or a cluster handle's node
+     * connection: host and port name the node). */
+    RCP_EVENT_CONNECTED = 1,      /* handshake done, ready for requests */
+    RCP_EVENT_DISCONNECTED = 2,   /* connection lost or closed; err says why */
+    RCP_EVENT_CONNECT_FAILED = 3, /* a (re)connect attempt failed; err says why */
+    RCP_EVENT_CLOSED = 4,         /* the handle finished closing */
+    /* A cluster handle (host ""). */
+    RCP_EVENT_MAP_UPDATED = 16,   /* a new slot map was published; message says why */
+    RCP_EVENT_REFRESH_FAILED = 17, /* no node gave a valid slot table; message names each
+                                    * node asked and why; the old map stays */
+    /* A subscriber (rcp_pubsub; host "", the message names the channel and
+     * the node(s)). */
+    RCP_EVENT_PUBSUB_INTERRUPTED = 32, /* a subscription was lost: its slot left the node
+                                        * (the server's own "sunsubscribe"), MOVED, or its
+                                        * connection dropped; err says why; the subscriber
+                                        * is already re-subscribing it */
+    RCP_EVENT_PUBSUB_RESUBSCRIBED = 33 /* a subscription lost earlier is established
+                                        * again: the server confirmed it on the node named
+                                        * in the message */
+} rcp_event_type;
+
+/* The type's identifier, e.g. "RCP_EVENT_MAP_UPDATED" (static text;
+ * "RCP_EVENT_UNKNOWN" for a value that is no type). */
+RCP_API const char *rcp_event_name(int type);
+
+typedef struct rcp_event {
+    int type;            /* rcp_event_type */
+    int err;             /* rcp_err, RCP_OK for CONNECTED */
+    const char *host;    /* valid during the callback */
+    int port;
+    const char *message; /* human-readable, valid during the callback */
+} rcp_event;
+
+/* Called on an I/O thread (a subscriber's events: its own thread); must
+ * not block and must not close the handle that reports it. */
+typedef void (*rcp_event_fn)(const rcp_event *ev, void *data);
 
 /* Library version: "MAJOR.MINOR.PATCH" (static text), and as a number
  * MAJOR*10000 + MINOR*100 + PATCH. */

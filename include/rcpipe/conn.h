@@ -49,24 +49,6 @@ typedef enum rcp_queue_policy {
     RCP_QUEUE_FAIL = 1   /* a sender gets RCP_ERR_QUEUE_FULL at once */
 } rcp_queue_policy;
 
-typedef enum rcp_event_type {
-    RCP_EVENT_CONNECTED = 1,      /* handshake done, ready for requests */
-    RCP_EVENT_DISCONNECTED = 2,   /* connection lost or closed; err says why */
-    RCP_EVENT_CONNECT_FAILED = 3, /* a (re)connect attempt failed; err says why */
-    RCP_EVENT_CLOSED = 4          /* the handle finished closing */
-} rcp_event_type;
-
-typedef struct rcp_event {
-    int type;            /* rcp_event_type */
-    int err;             /* rcp_err, RCP_OK for CONNECTED */
-    const char *host;    /* valid during the callback */
-    int port;
-    const char *message; /* human-readable, valid during the callback */
-} rcp_event;
-
-/* Called on an I/O thread; must not block and must not call rcp_conn_close. */
-typedef void (*rcp_event_fn)(const rcp_event *ev, void *data);
-
 /* Options for rcp_conn_open. Call rcp_conn_options_init first: it sets every
  * default; new fields are only ever added at the end. Strings are copied. */
 typedef struct rcp_conn_options {

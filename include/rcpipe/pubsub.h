@@ -29,20 +29,10 @@ extern "C" {
 
 typedef struct rcp_pubsub rcp_pubsub;
 
-/* Events a subscriber reports through its cluster handle's event_cb
- * (rcp_cluster_options.event_cb), on the subscriber's thread. host is ""
- * and port 0: the message names the channel and the node(s). Values do not
- * collide with conn.h's node events nor cluster.h's RCP_EVENT_MAP_UPDATED. */
-enum {
-    /* A subscription was lost: its slot left the node (the server's own
-     * "sunsubscribe"), MOVED, or its connection dropped. err says why; the
-     * subscriber is already re-subscribing it. */
-    RCP_EVENT_PUBSUB_INTERRUPTED = 32,
-    /* A subscription lost earlier is established again: the server
-     * confirmed it on the node named in the message (for sharded channels,
-     * the slot's owner at that moment). */
-    RCP_EVENT_PUBSUB_RESUBSCRIBED = 33
-};
+/* A subscriber reports RCP_EVENT_PUBSUB_INTERRUPTED and
+ * RCP_EVENT_PUBSUB_RESUBSCRIBED (common.h) through its cluster handle's
+ * event_cb (rcp_cluster_options.event_cb), on the subscriber's thread;
+ * host is "" and port 0: the message names the channel and the node(s). */
 
 /* What a message came from. */
 typedef enum rcp_pubsub_kind {

@@ -43,7 +43,7 @@ START_TEST(test_node_wide)
         ck_assert_msg(rcpc_is_status(nr[i].reply, "OK"), "FLUSHALL on %s: %s", nr[i].addr,
                       rcpc_describe(nr[i].reply, d, sizeof d));
     }
-    rcp_node_replies_free(nr, n);
+    rcp_cluster_node_replies_free(nr, n);
 
     for (i = 0; i < 500; i++) {
         rcp_reply *r = rcp_cluster_command(h, "SET nw:%d x", (int)i);
@@ -58,7 +58,7 @@ START_TEST(test_node_wide)
         ck_assert_msg(nr[i].reply->integer > 0, "%s holds no key of 500", nr[i].addr);
         sum += nr[i].reply->integer;
     }
-    rcp_node_replies_free(nr, n);
+    rcp_cluster_node_replies_free(nr, n);
     ck_assert_int_eq(sum, 500);
 
     ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0, "replicas not in sync");
@@ -71,7 +71,7 @@ START_TEST(test_node_wide)
         masters += nr[i].is_master;
         sum += nr[i].reply->integer;
     }
-    rcp_node_replies_free(nr, n);
+    rcp_cluster_node_replies_free(nr, n);
     ck_assert_int_eq(masters, 3);
     ck_assert_int_eq(sum, 1000); /* every key on its master and its replica */
 
@@ -82,7 +82,7 @@ START_TEST(test_node_wide)
                       "SCRIPT LOAD on %s: %s", nr[i].addr, rcpc_describe(nr[i].reply, d, sizeof d));
         ck_assert_str_eq(nr[i].reply->str, nr[0].reply->str);
     }
-    rcp_node_replies_free(nr, n);
+    rcp_cluster_node_replies_free(nr, n);
 
     /* Fewer slots than nodes: the count is still every node, the rest is
      * freed by the library. */
@@ -93,7 +93,7 @@ START_TEST(test_node_wide)
                           rcpc_is_string(nr[i].reply->element[1], "yes"),
                       "CONFIG GET on %s: %s", nr[i].addr, rcpc_describe(nr[i].reply, d, sizeof d));
     }
-    rcp_node_replies_free(nr, 2);
+    rcp_cluster_node_replies_free(nr, 2);
 
     ck_assert_uint_eq(on_nodes(RCP_NODES_MASTERS, nr, 16, "BLPOP", "l", "1"), 0);
     ck_assert_uint_eq(rcp_cluster_command_nodes(h, 7, nr, 16, 1, (const char *[]){"PING"}, NULL), 0);

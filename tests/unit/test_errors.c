@@ -20,6 +20,35 @@ START_TEST(strerror_distinct)
 }
 END_TEST
 
+START_TEST(names_of_codes_and_events)
+{
+    int i, j;
+    ck_assert_str_eq(rcp_err_name(RCP_OK), "RCP_OK");
+    ck_assert_str_eq(rcp_err_name(RCP_ERR_IO), "RCP_ERR_IO");
+    ck_assert_str_eq(rcp_err_name(RCP_ERR_REDIRECT_LIMIT), "RCP_ERR_REDIRECT_LIMIT");
+    ck_assert_str_eq(rcp_err_name(-1), "RCP_ERR_UNKNOWN");
+    ck_assert_str_eq(rcp_err_name(RCP_ERR__COUNT), "RCP_ERR_UNKNOWN");
+    for (i = 1; i < RCP_ERR__COUNT; i++) {
+        ck_assert_msg(strncmp(rcp_err_name(i), "RCP_ERR_", 8) == 0 &&
+                          strcmp(rcp_err_name(i), "RCP_ERR_UNKNOWN") != 0,
+                      "code %d has no name", i);
+        for (j = 0; j < i; j++)
+            ck_assert_str_ne(rcp_err_name(i), rcp_err_name(j));
+    }
+    ck_assert_str_eq(rcp_event_name(RCP_EVENT_CONNECTED), "RCP_EVENT_CONNECTED");
+    ck_assert_str_eq(rcp_event_name(RCP_EVENT_CLOSED), "RCP_EVENT_CLOSED");
+    ck_assert_str_eq(rcp_event_name(RCP_EVENT_MAP_UPDATED), "RCP_EVENT_MAP_UPDATED");
+    ck_assert_str_eq(rcp_event_name(RCP_EVENT_REFRESH_FAILED), "RCP_EVENT_REFRESH_FAILED");
+    ck_assert_str_eq(rcp_event_name(RCP_EVENT_PUBSUB_INTERRUPTED), "RCP_EVENT_PUBSUB_INTERRUPTED");
+    ck_assert_str_eq(rcp_event_name(RCP_EVENT_PUBSUB_RESUBSCRIBED),
+                     "RCP_EVENT_PUBSUB_RESUBSCRIBED");
+    ck_assert_str_eq(rcp_event_name(0), "RCP_EVENT_UNKNOWN");
+    ck_assert_str_eq(rcp_event_name(5), "RCP_EVENT_UNKNOWN");
+    ck_assert_str_eq(rcp_event_name(34), "RCP_EVENT_UNKNOWN");
+    ck_assert_str_eq(rcp_event_name(-3), "RCP_EVENT_UNKNOWN");
+}
+END_TEST
+
 START_TEST(version)
 {
     char buf[32];
@@ -36,6 +65,7 @@ int main(void)
     SRunner *sr;
     int failed;
     tcase_add_test(tc, strerror_distinct);
+    tcase_add_test(tc, names_of_codes_and_events);
     tcase_add_test(tc, version);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
