@@ -50,7 +50,7 @@ START_TEST(test_evalsha_fallback)
 
     ck_assert_ptr_nonnull(s);
     h = rcpc_open_default(&cl);
-    rcp_node_replies_free(nr, rcp_cluster_command_nodes(h, RCP_NODES_ALL, nr, 8, 2, flush, NULL));
+    rcp_cluster_node_replies_free(nr, rcp_cluster_command_nodes(h, RCP_NODES_ALL, nr, 8, 2, flush, NULL));
     rcp_reply_free(rcp_cluster_command(h, "DEL sc:n"));
 
     r = run1(s, 0, "sc:n", NULL);
@@ -72,11 +72,11 @@ START_TEST(test_evalsha_fallback)
         for (i = 0; i < n; i++)
             ck_assert_msg(rcpc_is_string(nr[i].reply, rcp_script_sha1(s)), "%s: %s vs ours %s",
                           nr[i].addr, rcpc_describe(nr[i].reply, d, sizeof d), rcp_script_sha1(s));
-        rcp_node_replies_free(nr, n);
+        rcp_cluster_node_replies_free(nr, n);
     }
 
     /* SCRIPT FLUSH everywhere: one more fallback, same results. */
-    rcp_node_replies_free(nr, rcp_cluster_command_nodes(h, RCP_NODES_ALL, nr, 8, 2, flush, NULL));
+    rcp_cluster_node_replies_free(nr, rcp_cluster_command_nodes(h, RCP_NODES_ALL, nr, 8, 2, flush, NULL));
     r = run1(s, 0, "sc:n", NULL);
     ck_assert_msg(rcpc_is_int(r, 21), "after SCRIPT FLUSH: %s", rcpc_describe(r, d, sizeof d));
     rcp_reply_free(r);
@@ -211,7 +211,7 @@ START_TEST(test_fcall)
     for (i = 0; i < n; i++)
         ck_assert_msg(rcpc_is_string(nr[i].reply, "rcptest"), "FUNCTION LOAD on %s: %s",
                       nr[i].addr, rcpc_describe(nr[i].reply, d, sizeof d));
-    rcp_node_replies_free(nr, n);
+    rcp_cluster_node_replies_free(nr, n);
     for (k = 0; k < 50; k++) {
         char key[32], val[32];
         snprintf(key, sizeof key, "fc:%d", k);
