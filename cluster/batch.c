@@ -48,7 +48,9 @@ size_t rcp_batch_count(const rcp_batch *b)
 
 static int batch_take(void *data, int argc, const char **argv, const size_t *argvlen)
 {
-    return rcp__cmdlist_add(&((rcp_batch *)data)->cmds, argc, argv, argvlen);
+    rcp_batch *b = data;
+    return rcp__cmdlist_add(&b->cmds, rcp__cluster_node_options(b->cl)->max_request_bytes, argc,
+                            argv, argvlen);
 }
 
 int rcp_batch_add_argv(rcp_batch *b, int argc, const char **argv, const size_t *argvlen)

@@ -17,6 +17,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "cluster_int.h"
+#include "options.h"
 
 void rcp_cluster_options_init(rcp_cluster_options *o)
 {
@@ -74,39 +75,118 @@ int rcp__cluster_blocking_pool(struct rcp_cluster *cl)
 
 /* open / close / stats                                                */
 
-static int parse_seeds(struct rcp_cluster *cl, const char *s)
+/* "host:port[,host:port...]", IPv6 as "[::1]:7000" (or bare "::1:7000":
+ * the port follows the last ':'). RCP_OK, or RCP_ERR_INVALID with why
+ * naming the bad seed and what is wrong with it. */
+static int parse_seeds(struct rcp_cluster *cl, const char *s, char *why, size_t len)
 {
     const char *p = s;
+    int count = 0;
+    for (const char *q = s; *q; q++)
+        count += *q == ',';
+    if (count + 1 > RCP__MAX_SEEDS) {
+        snprintf(why, len, "too many seeds: %d given, at most %d (a few per shard are enough: "
+                           "the rest of the cluster is learnt from CLUSTER SLOTS)",
+                 count + 1, RCP__MAX_SEEDS);
+        return RCP_ERR_INVALID;
+    }
     while (*p) {
         const char *end = strchr(p, ','), *colon;
-        size_t n = end ? (size_t)(end - p) : strlen(p);
+        size_t n = end ? (size_t)(end - p) : strlen(p), hl;
         char item[300], *host;
         long port;
         char *e;
-        if (n == 0 || n >= sizeof item || cl->nseeds == RCP__MAX_SEEDS)
-            return -1;
+        if (n == 0) {
+            snprintf(why, len, "empty seed in the list \"%.200s\" (want host:port[,host:port...])", s);
+            return RCP_ERR_INVALID;
+        }
+        if (n >= sizeof item) {
+            snprintf(why, len, "seed \"%.40s...\" is too long (%zu bytes, at most %zu)", p, n,
+                     sizeof item - 1);
+            return RCP_ERR_INVALID;
+        }
         memcpy(item, p, n);
         item[n] = '\0';
         colon = strrchr(item, ':');
-        if (!colon || colon == item)
-            return -1;
+        if (!colon || colon == item || !colon[1]) {
+            snprintf(why, len, "seed \"%s\" has no host:port (want e.g. 127.0.0.1:7000 or [::1]:7000)",
+                     item);
+            return RCP_ERR_INVALID;
+        }
         port = strtol(colon + 1, &e, 10);
-        if (*e || port <= 0 || port > 65535)
-            return -1;
+        if (*e || port <= 0 || port > 65535) {
+            snprintf(why, len, "seed \"%s\": port \"%s\" is not a number in 1..65535", item,
+                     colon + 1);
+            return RCP_ERR_INVALID;
+        }
         item[colon - item] = '\0';
         host = item;
-        if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-            host[strlen(host) - 1] = '\0';
+        hl = strlen(host);
+        if (host[0] == '[' || host[hl - 1] == ']') {
+            if (host[0] != '[' || host[hl - 1] != ']' || hl < 3) {
+                snprintf(why, len, "seed \"%.*s\": unbalanced brackets around the host (want "
+                                   "[IPv6]:port)",
+                         (int)n, p);
+                return RCP_ERR_INVALID;
+            }
+            host[hl - 1] = '\0';
             host++;
         }
+        if (strchr(host, '[') || strchr(host, ']')) {
+            snprintf(why, len, "seed \"%.*s\": a bracket inside the host", (int)n, p);
+            return RCP_ERR_INVALID;
+        }
         cl->seeds[cl->nseeds].host = rcp__strdup(host);
-        if (!cl->seeds[cl->nseeds].host)
-            return -1;
+        if (!cl->seeds[cl->nseeds].host) {
+            snprintf(why, len, "out of memory");
+            return RCP_ERR_OOM;
+        }
         cl->seeds[cl->nseeds].port = (int)port;
         cl->nseeds++;
         p = end ? end + 1 : p + n;
+        if (end && !*p) {
+            snprintf(why, len, "empty seed at the end of \"%.200s\"", s);
+            return RCP_ERR_INVALID;
+        }
     }
-    return cl->nseeds ? 0 : -1;
+    if (!cl->nseeds) {
+        snprintf(why, len, "the seed list is empty (want host:port[,host:port...])");
+        return RCP_ERR_INVALID;
+    }
+    return RCP_OK;
+}
+
+/* The cluster options' ranges; RCP_OK or RCP_ERR_INVALID naming the
+ * option. */
+static int check_options(const rcp_cluster_options *o, const rcp_conn_options *node, char *why,
+                         size_t len)
+{
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        snprintf(why, len, __VA_ARGS__);                                                           \
+        return RCP_ERR_INVALID;                                                                    \
+    } while (0)
+    char nwhy[200];
+    if (!o->seeds)
+        BAD("seeds is NULL (want \"host:port[,host:port...]\")");
+    if (o->read_policy < RCP_READ_MASTER_ONLY || o->read_policy > RCP_READ_NEAREST)
+        BAD("read_policy %d is not an rcp_read_policy (0..%d)", o->read_policy, RCP_READ_NEAREST);
+    if (o->refresh_interval_ms < 1)
+        BAD("refresh_interval_ms %d is out of range (at least 1)", o->refresh_interval_ms);
+    if (o->max_redirects < 0)
+        BAD("max_redirects %d is out of range (at least 0)", o->max_redirects);
+    if (o->max_retries < 0)
+        BAD("max_retries %d is out of range (at least 0)", o->max_retries);
+    if (o->min_refresh_gap_ms < 0)
+        BAD("min_refresh_gap_ms %d is out of range (at least 0)", o->min_refresh_gap_ms);
+    if (o->replica_pick_ms < 0)
+        BAD("replica_pick_ms %d is out of range (at least 0)", o->replica_pick_ms);
+    if (o->blocking_pool < 1 || o->blocking_pool > RCP__POOL_MAX)
+        BAD("blocking_pool %d is out of range (1..%d)", o->blocking_pool, RCP__POOL_MAX);
+    if (rcp__conn_options_check(node, 0, nwhy, sizeof nwhy) != RCP_OK)
+        BAD("node options: %s", nwhy);
+    return RCP_OK;
+#undef BAD
 }
 
 static void cluster_free(struct rcp_cluster *cl)
@@ -154,19 +234,24 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
 {
     struct rcp_cluster *cl;
     pthread_condattr_t ca;
-    char errs[2048] = "";
+    rcp_conn_options defaults;
+    char why[400], *errs;
+    size_t errs_len;
     unsigned i;
+    int rv;
 
     if (errbuf && errbuf_len)
         errbuf[0] = '\0';
-    if (!out)
-        return RCP_ERR_INVALID;
-    *out = NULL;
-    if (!o || !o->seeds || o->max_redirects < 0 || o->max_retries < 0 ||
-        o->refresh_interval_ms <= 0 || o->min_refresh_gap_ms < 0 ||
-        o->read_policy < RCP_READ_MASTER_ONLY || o->read_policy > RCP_READ_NEAREST) {
+    if (!out || !o) {
         if (errbuf)
-            snprintf(errbuf, errbuf_len, "rcp_cluster_open: invalid options");
+            snprintf(errbuf, errbuf_len, "rcp_cluster_open: %s is NULL", !out ? "out" : "options");
+        return RCP_ERR_INVALID;
+    }
+    *out = NULL;
+    rcp_conn_options_init(&defaults);
+    if (check_options(o, o->node ? o->node : &defaults, why, sizeof why) != RCP_OK) {
+        if (errbuf)
+            snprintf(errbuf, errbuf_len, "rcp_cluster_open: %s", why);
         return RCP_ERR_INVALID;
     }
     cl = rcp__calloc(1, sizeof(*cl));
@@ -196,12 +281,12 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&cl->wcv, &ca);
     pthread_condattr_destroy(&ca);
-    if (parse_seeds(cl, o->seeds) < 0) {
+    rv = parse_seeds(cl, o->seeds, why, sizeof why);
+    if (rv != RCP_OK) {
         if (errbuf)
-            snprintf(errbuf, errbuf_len, "rcp_cluster_open: bad seed list \"%s\" (want host:port[,host:port...])",
-                     o->seeds);
+            snprintf(errbuf, errbuf_len, "rcp_cluster_open: %s", why);
         cluster_free(cl);
-        return RCP_ERR_INVALID;
+        return rv;
     }
     cl->nloops = cl->node_opt.io_threads ? cl->node_opt.io_threads : 1;
     cl->loops = rcp__calloc(cl->nloops, sizeof(*cl->loops));
@@ -217,14 +302,25 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
             return RCP_ERR_OOM;
         }
     }
-    /* Bootstrap: the first valid table from the seeds, in order. */
-    if (rcp__refresh(cl, "bootstrap", errs, sizeof errs) < 0) {
+    /* Bootstrap: the first valid table from the seeds, in order. Each
+     * seed that failed is named once, with its cause, as far as the
+     * caller's buffer goes (64 KiB at most). */
+    errs_len = errbuf_len < 256 ? 256 : errbuf_len > 65536 ? 65536 : errbuf_len;
+    errs = rcp__calloc(1, errs_len);
+    if (!errs) {
+        cluster_free(cl);
+        return RCP_ERR_OOM;
+    }
+    if (rcp__refresh(cl, "bootstrap", errs, errs_len - 40) < 0) {
         if (errbuf)
-            snprintf(errbuf, errbuf_len, "no seed gave a usable slot table: %s", errs);
+            snprintf(errbuf, errbuf_len, "no seed gave a usable slot table: %s",
+                     errs[0] ? errs : "out of memory building the map");
+        rcp__free(errs);
         atomic_store(&cl->closing, 1);
         cluster_free(cl);
         return RCP_ERR_CONNECT;
     }
+    rcp__free(errs);
     rcp__refresh_rtt(cl);
     cl->last_refresh = rcp__now_ns();
     cl->next_periodic = cl->last_refresh + (uint64_t)cl->opt.refresh_interval_ms * 1000000ull;

@@ -6,7 +6,8 @@
 #include "format.h"
 #include "rcpipe/common.h"
 
-int rcp__cmdlist_add(rcp__cmdlist *l, int argc, const char **argv, const size_t *argvlen)
+int rcp__cmdlist_add(rcp__cmdlist *l, size_t max_bytes, int argc, const char **argv,
+                     const size_t *argvlen)
 {
     const char *why;
     size_t len;
@@ -20,6 +21,8 @@ int rcp__cmdlist_add(rcp__cmdlist *l, int argc, const char **argv, const size_t 
     rv = rcp__command_check(argc, argv, argvlen, &why);
     if (rv != RCP_OK)
         return rv;
+    if (rcp__format_len(argc, argv, argvlen) > max_bytes)
+        return RCP_ERR_TOO_LARGE;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
         char **nb = rcp__realloc(l->buf, cap * sizeof(*nb));

@@ -13,8 +13,11 @@ typedef struct rcp__cmdlist {
 } rcp__cmdlist;
 
 /* Formats and appends argv (screened: blocking and connection-state
- * commands are refused). RCP_OK or an error code, the list unchanged. */
-int rcp__cmdlist_add(rcp__cmdlist *l, int argc, const char **argv, const size_t *argvlen);
+ * commands are refused; one larger than max_bytes, the handle's
+ * max_request_bytes, gets RCP_ERR_TOO_LARGE). RCP_OK or an error code, the
+ * list unchanged. */
+int rcp__cmdlist_add(rcp__cmdlist *l, size_t max_bytes, int argc, const char **argv,
+                     const size_t *argvlen);
 /* Formats a hiredis-style command and hands its arguments to take(data,
  * ...); returns take's code (or the formatting error). */
 int rcp__cmd_formatted(const char *fmt, va_list ap,

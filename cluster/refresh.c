@@ -37,7 +37,22 @@ void rcp__cluster_refresh_soon(struct rcp_cluster *cl)
 
 static const char slots_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 
-/* Ask one node for CLUSTER SLOTS; 0 and a table, or -1 with a reason. */
+/* The connection's last failure without its "addr: " prefix (the caller
+ * names the node itself). */
+static void last_cause(struct rcp_conn *conn, const rcp__node *n, char *why, size_t whylen)
+{
+    char last[600];
+    size_t al = strlen(n->addr);
+    const char *from = last;
+    rcp__conn_last_error(conn, last, sizeof last);
+    if (strncmp(last, n->addr, al) == 0 && last[al] == ':' && last[al + 1] == ' ')
+        from = last + al + 2;
+    snprintf(why, whylen, "%.*s", (int)(whylen > 0 ? whylen - 1 : 0), from);
+}
+
+/* Ask one node for CLUSTER SLOTS; 0 and a table, or -1 with a reason (the
+ * server's error, the connection's real failure, or what is wrong with the
+ * table), without the node's address. */
 static int ask_slots(struct rcp_cluster *cl, rcp__node *n, rcp__slots_table **out, char *why,
                      size_t whylen)
 {
@@ -51,22 +66,47 @@ static int ask_slots(struct rcp_cluster *cl, rcp__node *n, rcp__slots_table **ou
     }
     r = rcp__conn_command_raw(conn, slots_cmd, sizeof slots_cmd - 1, 0,
                               cl->node_opt.connect_timeout_ms + 1000);
-    rcp__cluster_unpin(conn);
     if (r->type == RCP_REPLY_ERROR) {
-        snprintf(why, whylen, "%.*s", (int)r->len, r->str);
+        if (r->err == RCP_ERR_NOT_SENT || r->err == RCP_ERR_IO || r->err == RCP_ERR_CONNECT ||
+            r->err == RCP_ERR_AUTH)
+            last_cause(conn, n, why, whylen); /* "connect failed: Connection refused" */
+        else
+            snprintf(why, whylen, "%.*s", (int)r->len, r->str);
+        rcp__cluster_unpin(conn);
         rcp_reply_free(r);
         return -1;
     }
+    rcp__cluster_unpin(conn);
     rv = rcp__slots_parse(r, n->host, out, why, whylen);
     rcp_reply_free(r);
     return rv;
+}
+
+/* Appends "addr: why" to errs (separated by "; ") while it fits; once it
+ * does not, counts the rest in *cut. */
+static void note_failure(char *errs, size_t errlen, size_t *used, size_t *cut, const char *addr,
+                         const char *why)
+{
+    size_t room = errlen > 80 ? errlen - 80 : 0; /* the rest: to say the list was cut */
+    int w;
+    if (!errs || !errlen)
+        return;
+    if (*cut == 0 && *used < room) {
+        w = snprintf(errs + *used, errlen - *used, "%s%s: %s", *used ? "; " : "", addr, why);
+        if (w > 0 && *used + (size_t)w < room) {
+            *used += (size_t)w;
+            return;
+        }
+        errs[*used] = '\0';
+    }
+    (*cut)++;
 }
 
 int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t errlen)
 {
     rcp__slots_table *t = NULL;
     rcp__node *cands[256];
-    size_t nc = 0, i, used = 0, nmasters, r0, kept;
+    size_t nc = 0, i, used = 0, cut = 0, nmasters, r0, kept;
     rcp__map *m, *old;
     char why[300], msg[400];
     struct rcp_conn *closing[256];
@@ -89,6 +129,10 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
     r0 = nmasters ? (size_t)rcp__rnd() % nmasters : 0;
     for (i = 0; i < (size_t)cl->nseeds && nc < 256; i++) {
         rcp__node *s = rcp__node_get(cl, cl->seeds[i].host, cl->seeds[i].port, RCP__AS_MASTER);
+        size_t j;
+        for (j = 0; s && j < nc; j++)
+            if (cands[j] == s)
+                s = NULL; /* each node asked once */
         if (s)
             cands[nc++] = s;
     }
@@ -99,12 +143,11 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
         n = cands[k];
         if (ask_slots(cl, n, &t, why, sizeof why) == 0)
             break;
-        if (errs && used < errlen) {
-            int w = snprintf(errs + used, errlen - used, "%s%s: %s", used ? "; " : "", n->addr, why);
-            if (w > 0)
-                used += (size_t)w;
-        }
+        note_failure(errs, errlen, &used, &cut, n->addr, why);
     }
+    if (cut && errs && errlen > used + 1)
+        snprintf(errs + used, errlen - used, "; and %zu more not listed (the message buffer is full)",
+                 cut);
     if (!t) {
         rcp__stat_add(&cl->st.refresh_failures, 1);
         return -1;

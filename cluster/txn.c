@@ -118,7 +118,8 @@ static int txn_take(void *data, int argc, const char **argv, const size_t *argvl
             return RCP_ERR_INVALID;
     rv = join_slot(t, argc, argv, argvlen, &why);
     if (rv == RCP_OK)
-        rv = rcp__cmdlist_add(&t->cmds, argc, argv, argvlen);
+        rv = rcp__cmdlist_add(&t->cmds, rcp__cluster_node_options(t->cl)->max_request_bytes, argc,
+                              argv, argvlen);
     if (rv != RCP_OK) {
         t->has_slot = had;
         t->slot = old;
@@ -464,6 +465,9 @@ rcp_reply *rcp_txn_command_argv(rcp_txn *t, int argc, const char **argv, const s
     if (rv != RCP_OK)
         return rcp__reply_error_new(rv, why);
     len = rcp__format_len(argc, argv, argvlen);
+    if (len > rcp__cluster_node_options(t->cl)->max_request_bytes)
+        return rcp__reply_error_new(RCP_ERR_TOO_LARGE,
+                                    "rcp_txn_command: request larger than max_request_bytes");
     buf = rcp__malloc(len);
     if (!buf)
         return rcp__reply_error_new(RCP_ERR_OOM, "out of memory");
