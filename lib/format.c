@@ -5,7 +5,7 @@
  * command table's facts, cmdtable.c) keeps commands that would stall or
  * corrupt a connection shared by many callers (blocking pops, MULTI,
  * SUBSCRIBE, SELECT...) off the pipeline. */
-#include <hiredis/hiredis.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,31 +72,251 @@ char *rcp__format_write(char *dst, int argc, const char **argv, const size_t *ar
     return dst;
 }
 
-int rcp__format_vprintf(char **out, size_t *outlen, const char *fmt, va_list ap)
+/* Arguments are numbered as in argv: 0 is the command's name. */
+
+/* The printf-style formatter's growing buffers: the bytes of every
+ * argument, back to back, and where each argument starts. Small commands
+ * stay on the stack. */
+typedef struct fmt_state {
+    char *bytes;
+    size_t len, cap;
+    size_t *starts;
+    int nargs, capargs;
+    char stack_bytes[512];
+    size_t stack_starts[32];
+} fmt_state;
+
+static int fmt_reserve(fmt_state *st, size_t more)
 {
-    char *cmd = NULL;
-    char *copy;
-    int len;
-    va_list cp;
-    va_copy(cp, ap);
-    len = redisvFormatCommand(&cmd, fmt, cp);
-    va_end(cp);
-    /* hiredis 0.14: -1 when out of memory, -2 for a bad format string. */
-    if (len == -1)
-        return RCP_ERR_OOM;
-    if (len < 0 || !cmd)
-        return RCP_ERR_INVALID;
-    /* hiredis allocated with malloc; hand back memory from our allocator. */
-    copy = rcp__malloc((size_t)len);
-    if (!copy) {
-        free(cmd);
-        return RCP_ERR_OOM;
+    size_t cap;
+    char *nb;
+    if (st->len + more <= st->cap)
+        return 0;
+    cap = st->cap * 2;
+    while (cap < st->len + more)
+        cap *= 2;
+    nb = st->bytes == st->stack_bytes ? rcp__malloc(cap) : rcp__realloc(st->bytes, cap);
+    if (!nb)
+        return -1;
+    if (st->bytes == st->stack_bytes)
+        memcpy(nb, st->stack_bytes, st->len);
+    st->bytes = nb;
+    st->cap = cap;
+    return 0;
+}
+
+static int fmt_append(fmt_state *st, const void *p, size_t n)
+{
+    if (fmt_reserve(st, n) < 0)
+        return -1;
+    if (n)
+        memcpy(st->bytes + st->len, p, n);
+    st->len += n;
+    return 0;
+}
+
+/* Starts a new argument at the current end. */
+static int fmt_open_arg(fmt_state *st)
+{
+    if (st->nargs == st->capargs) {
+        int cap = st->capargs * 2;
+        size_t *ns = st->starts == st->stack_starts
+                         ? rcp__malloc((size_t)cap * sizeof(*ns))
+                         : rcp__realloc(st->starts, (size_t)cap * sizeof(*ns));
+        if (!ns)
+            return -1;
+        if (st->starts == st->stack_starts)
+            memcpy(ns, st->stack_starts, sizeof st->stack_starts);
+        st->starts = ns;
+        st->capargs = cap;
     }
-    memcpy(copy, cmd, (size_t)len);
-    free(cmd);
-    *out = copy;
-    *outlen = (size_t)len;
-    return RCP_OK;
+    st->starts[st->nargs++] = st->len;
+    return 0;
+}
+
+/* One printf conversion other than %s and %b (an integer or a double with
+ * its flags, width, precision and length modifier, as hiredis's formatter
+ * takes them), appended. 0, -1 for OOM, -2 for a conversion we do not
+ * know (the argument list cannot be walked past it). */
+static int fmt_number(fmt_state *st, const char **pc, va_list *ap)
+{
+    const char *c = *pc, *start = c - 1; /* at '%' */
+    char spec[32], tmp[512];
+    int n = 0, lng = 0, shrt = 0;
+    size_t sl;
+    while (*c && strchr("#0-+ ", *c))
+        c++;
+    while (*c >= '0' && *c <= '9')
+        c++;
+    if (*c == '.') {
+        c++;
+        while (*c >= '0' && *c <= '9')
+            c++;
+    }
+    if (c[0] == 'h' && c[1] == 'h') {
+        shrt = 2;
+        c += 2;
+    } else if (c[0] == 'h') {
+        shrt = 1;
+        c++;
+    } else if (c[0] == 'l' && c[1] == 'l') {
+        lng = 2;
+        c += 2;
+    } else if (c[0] == 'l') {
+        lng = 1;
+        c++;
+    }
+    if (!*c || !strchr("diouxXeEfFgGaA", *c))
+        return -2;
+    sl = (size_t)(c - start) + 1;
+    if (sl >= sizeof spec)
+        return -2;
+    memcpy(spec, start, sl);
+    spec[sl] = '\0';
+    if (strchr("eEfFgGaA", *c)) {
+        if (lng || shrt)
+            return -2;
+        n = snprintf(tmp, sizeof tmp, spec, va_arg(*ap, double));
+    } else if (strchr("di", *c)) {
+        if (lng == 2)
+            n = snprintf(tmp, sizeof tmp, spec, va_arg(*ap, long long));
+        else if (lng == 1)
+            n = snprintf(tmp, sizeof tmp, spec, va_arg(*ap, long));
+        else
+            n = snprintf(tmp, sizeof tmp, spec, va_arg(*ap, int)); /* hh, h: promoted */
+    } else {
+        if (lng == 2)
+            n = snprintf(tmp, sizeof tmp, spec, va_arg(*ap, unsigned long long));
+        else if (lng == 1)
+            n = snprintf(tmp, sizeof tmp, spec, va_arg(*ap, unsigned long));
+        else
+            n = snprintf(tmp, sizeof tmp, spec, va_arg(*ap, unsigned));
+    }
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return -2;
+    *pc = c + 1;
+    return fmt_append(st, tmp, (size_t)n);
+}
+
+int rcp__format_vprintf(char **out, size_t *outlen, const char *fmt, va_list ap,
+                        const char **why)
+{
+    static _Thread_local char msg[160];
+    fmt_state st;
+    const char *c = fmt;
+    int touched = 0, rv = RCP_OK, i;
+    va_list cp;
+    size_t total;
+    char *dst;
+
+    if (why)
+        *why = NULL;
+    if (!fmt)
+        return RCP_ERR_INVALID;
+    st.bytes = st.stack_bytes;
+    st.cap = sizeof st.stack_bytes;
+    st.len = 0;
+    st.starts = st.stack_starts;
+    st.capargs = (int)(sizeof st.stack_starts / sizeof st.stack_starts[0]);
+    st.nargs = 0;
+    va_copy(cp, ap);
+    /* Arguments are separated by spaces; a conversion that produces
+     * nothing (%s of "") still makes an (empty) argument. */
+    while (*c && rv == RCP_OK) {
+        if (*c == ' ') {
+            touched = 0;
+            c++;
+            continue;
+        }
+        if (!touched) {
+            if (fmt_open_arg(&st) < 0) {
+                rv = RCP_ERR_OOM;
+                break;
+            }
+            touched = 1;
+        }
+        if (*c != '%' || c[1] == '\0') {
+            if (fmt_append(&st, c, 1) < 0)
+                rv = RCP_ERR_OOM;
+            c++;
+            continue;
+        }
+        c++;
+        if (*c == 's') {
+            const char *str = va_arg(cp, const char *);
+            if (!str) {
+                snprintf(msg, sizeof msg, "argument %d: NULL string for %%s", st.nargs - 1);
+                rv = RCP_ERR_INVALID;
+                break;
+            }
+            if (fmt_append(&st, str, strlen(str)) < 0)
+                rv = RCP_ERR_OOM;
+            c++;
+        } else if (*c == 'b') {
+            const void *p = va_arg(cp, const void *);
+            size_t n = va_arg(cp, size_t);
+            if (!p && n) {
+                snprintf(msg, sizeof msg, "argument %d: NULL pointer with length %zu for %%b",
+                         st.nargs - 1, n);
+                rv = RCP_ERR_INVALID;
+                break;
+            }
+            if (fmt_append(&st, p, n) < 0)
+                rv = RCP_ERR_OOM;
+            c++;
+        } else if (*c == '%') {
+            if (fmt_append(&st, "%", 1) < 0)
+                rv = RCP_ERR_OOM;
+            c++;
+        } else {
+            int r = fmt_number(&st, &c, &cp);
+            if (r == -1)
+                rv = RCP_ERR_OOM;
+            else if (r == -2) {
+                snprintf(msg, sizeof msg, "argument %d: unsupported conversion in the format "
+                                          "(%%s, %%b, %%%%, and integer or double conversions)",
+                         st.nargs - 1);
+                rv = RCP_ERR_INVALID;
+            }
+        }
+    }
+    va_end(cp);
+    if (rv == RCP_OK && st.nargs == 0) {
+        snprintf(msg, sizeof msg, "empty command");
+        rv = RCP_ERR_INVALID;
+    }
+    if (rv == RCP_OK) {
+        /* RESP: *N, then $len and the bytes of each argument. */
+        total = 1 + digits((size_t)st.nargs) + 2;
+        for (i = 0; i < st.nargs; i++) {
+            size_t l = (i + 1 < st.nargs ? st.starts[i + 1] : st.len) - st.starts[i];
+            total += 1 + digits(l) + 2 + l + 2;
+        }
+        dst = rcp__malloc(total);
+        if (!dst) {
+            rv = RCP_ERR_OOM;
+        } else {
+            char *w = put_num(dst, '*', (size_t)st.nargs);
+            for (i = 0; i < st.nargs; i++) {
+                size_t l = (i + 1 < st.nargs ? st.starts[i + 1] : st.len) - st.starts[i];
+                w = put_num(w, '$', l);
+                if (l)
+                    memcpy(w, st.bytes + st.starts[i], l);
+                w += l;
+                *w++ = '\r';
+                *w++ = '\n';
+            }
+            *out = dst;
+            *outlen = total;
+        }
+    }
+    if (rv == RCP_ERR_INVALID && why)
+        *why = msg;
+    if (st.bytes != st.stack_bytes)
+        rcp__free(st.bytes);
+    if (st.starts != st.stack_starts)
+        rcp__free(st.starts);
+    return rv;
 }
 
 static int read_num(const char **p, const char *end, char prefix, size_t *v)
@@ -142,7 +362,7 @@ int rcp__format_command(rcp__fmt_cmd *out, const char *fmt, va_list ap, const ch
     *why = NULL;
     if (!fmt)
         return RCP_ERR_INVALID;
-    rv = rcp__format_vprintf(&out->buf, &out->len, fmt, ap);
+    rv = rcp__format_vprintf(&out->buf, &out->len, fmt, ap, why);
     if (rv != RCP_OK)
         return rv;
     out->argc = rcp__format_split(out->buf, out->len, out->argv, out->argvlen, RCP__FMT_MAX_ARGS);

@@ -12,9 +12,15 @@ size_t rcp__format_len(int argc, const char **argv, const size_t *argvlen);
 /* Writes exactly rcp__format_len bytes to dst; returns dst + that length. */
 char *rcp__format_write(char *dst, int argc, const char **argv, const size_t *argvlen);
 
-/* printf-like formatting (hiredis's %s %b conventions). On success returns
- * RCP_OK and a buffer from the library allocator in *out, *outlen bytes. */
-int rcp__format_vprintf(char **out, size_t *outlen, const char *fmt, va_list ap);
+/* printf-like formatting with hiredis's conventions: arguments separated
+ * by spaces; %s a C string, %b a pointer and a size_t length (binary
+ * safe), %% a percent sign, and integer (d i o u x X, with hh h l ll) and
+ * double (e f g a) conversions. On success RCP_OK and a buffer from the
+ * library allocator in *out, *outlen bytes. A NULL %s, a NULL %b pointer
+ * with a non-zero length, an unknown conversion or an empty command give
+ * RCP_ERR_INVALID with *why (if why is not NULL) naming the argument. */
+int rcp__format_vprintf(char **out, size_t *outlen, const char *fmt, va_list ap,
+                        const char **why);
 
 /* A command built from a hiredis-style format: the formatted bytes (from
  * the library allocator, the caller frees buf) and its arguments split back

@@ -145,8 +145,10 @@ START_TEST(every_dead_seed_named_once_with_its_cause)
 END_TEST
 
 /* max_request_bytes holds for every way in: a command of a transaction
- * or of a batch larger than it is refused when it is added. */
-START_TEST(request_cap_holds_in_transactions_and_batches)
+ * or of a batch larger than it is refused when it is added. A NULL string
+ * (or NULL pointer with a length) given to a printf-style call is the
+ * caller's error, named by position, through every entry. */
+START_TEST(request_cap_and_null_arguments)
 {
     sim_node *n[1];
     rcp_cluster_options o;
@@ -176,7 +178,42 @@ START_TEST(request_cap_holds_in_transactions_and_batches)
     r = rcp_cluster_command(cl, "SET k %b", v, big);
     ck_assert_int_eq(r->err, RCP_ERR_TOO_LARGE);
     rcp_reply_free(r);
+    /* NULL arguments to the printf-style calls: a clear error naming the
+     * argument, through every entry; nothing sent, nothing crashes. */
+    r = rcp_cluster_command(cl, "GET %s", (const char *)NULL);
+    ck_assert_int_eq(r->err, RCP_ERR_INVALID);
+    ck_assert_msg(strstr(r->str, "argument 1") != NULL, "%s", r->str);
+    rcp_reply_free(r);
+    r = rcp_cluster_command(cl, "SET k %b", (const void *)NULL, (size_t)5);
+    ck_assert_int_eq(r->err, RCP_ERR_INVALID);
+    ck_assert_msg(strstr(r->str, "argument 2") != NULL, "%s", r->str);
+    rcp_reply_free(r);
+    {
+        sim_fut f;
+        sim_fut_init(&f, 1000);
+        ck_assert_int_eq(rcp_cluster_send(cl, &f.f, "SET k %b", (const void *)NULL, (size_t)5),
+                         RCP_ERR_INVALID);
+        ck_assert_int_eq(f.calls, 0);
+        sim_fut_destroy(&f);
+    }
+    t = rcp_txn_new(cl);
+    ck_assert_int_eq(rcp_txn_add(t, "GET %s", (const char *)NULL), RCP_ERR_INVALID);
+    rcp_txn_free(t);
+    {
+        rcp_conn_options co;
+        rcp_conn *c = NULL;
+        char err[256];
+        rcp_conn_options_init(&co);
+        co.port = sim_port(n[0]);
+        ck_assert_int_eq(rcp_conn_open(&co, &c, err, sizeof err), RCP_OK);
+        r = rcp_conn_command(c, "GET %s", (const char *)NULL);
+        ck_assert_int_eq(r->err, RCP_ERR_INVALID);
+        ck_assert_msg(strstr(r->str, "argument 1") != NULL, "%s", r->str);
+        rcp_reply_free(r);
+        rcp_conn_close(c);
+    }
     ck_assert_uint_eq(sim_count(n[0], "SET **"), 0);
+    ck_assert_uint_eq(sim_count(n[0], "GET **"), 0);
     ck_assert_uint_eq(sim_count(n[0], "MULTI"), 0);
     rcp_cluster_close(cl);
     sim_free_all(n, 1);
@@ -191,6 +228,6 @@ int main(void)
     tcase_add_test(tc, malformed_seeds_refused_by_name);
     tcase_add_test(tc, too_many_seeds_says_so);
     tcase_add_test(tc, every_dead_seed_named_once_with_its_cause);
-    tcase_add_test(tc, request_cap_holds_in_transactions_and_batches);
+    tcase_add_test(tc, request_cap_and_null_arguments);
     return sim_run("sim-open", tc);
 }

@@ -77,7 +77,17 @@ static int vp(char **out, size_t *len, const char *fmt, ...)
     va_list ap;
     int rv;
     va_start(ap, fmt);
-    rv = rcp__format_vprintf(out, len, fmt, ap);
+    rv = rcp__format_vprintf(out, len, fmt, ap, NULL);
+    va_end(ap);
+    return rv;
+}
+
+static int vp2(char **out, size_t *len, const char **why, const char *fmt, ...)
+{
+    va_list ap;
+    int rv;
+    va_start(ap, fmt);
+    rv = rcp__format_vprintf(out, len, fmt, ap, why);
     va_end(ap);
     return rv;
 }
@@ -91,6 +101,69 @@ START_TEST(printf_style)
     ck_assert_int_eq(vp(&out, &len, "SET k%d %b", 1, bin, sizeof bin), RCP_OK);
     ck_assert_uint_eq(len, 31);
     ck_assert_int_eq(memcmp(out, want, len), 0);
+    rcp__free(out);
+}
+END_TEST
+
+/* Our printf-style formatter against hiredis's on the same formats and
+ * arguments: the same bytes. */
+#define SAME(...)                                                                                  \
+    do {                                                                                           \
+        char *ours = NULL, *theirs = NULL;                                                         \
+        size_t ol = 0;                                                                             \
+        int tl = redisFormatCommand(&theirs, __VA_ARGS__);                                         \
+        ck_assert_int_eq(vp(&ours, &ol, __VA_ARGS__), RCP_OK);                                     \
+        ck_assert_int_gt(tl, 0);                                                                   \
+        ck_assert_uint_eq(ol, (size_t)tl);                                                         \
+        ck_assert_int_eq(memcmp(ours, theirs, ol), 0);                                             \
+        rcp__free(ours);                                                                           \
+        free(theirs);                                                                              \
+    } while (0)
+
+START_TEST(printf_matches_hiredis)
+{
+    const char bin[] = {'x', 0, ' ', '%'};
+    SAME("GET foo");
+    SAME("  SET   a   b  ");
+    SAME("SET %s %s", "key", "value with spaces");
+    SAME("SET %s %s", "", "");
+    SAME("SET k%s%s v", "", "");
+    SAME("SET %b %b", bin, sizeof bin, "", (size_t)0);
+    SAME("INCRBY k %d", -42);
+    SAME("INCRBY k %lld", -9000000000000LL);
+    SAME("SETRANGE k %u %s", 7u, "x");
+    SAME("X %ld %lu %hd %hhu %i %o %x %X", -5L, 5UL, (short)-3, (unsigned char)200, 9, 8, 255, 255);
+    SAME("X %05d %-4d| %+d %.3f %e %g", 42, 7, 3, 3.14159, 1e10, 0.5);
+    SAME("X 100%% %s%%", "done");
+    SAME("X a%sb%dc", "mid", 12);
+    SAME("X %s", "trailing%");
+}
+END_TEST
+
+START_TEST(printf_bad_arguments_refused)
+{
+    char *out = (char *)1;
+    size_t len = 0;
+    const char *why = NULL;
+    va_list none;
+#define REFUSED(want, ...)                                                                         \
+    do {                                                                                           \
+        why = NULL;                                                                                \
+        ck_assert_int_eq(vp2(&out, &len, &why, __VA_ARGS__), RCP_ERR_INVALID);                     \
+        ck_assert_ptr_nonnull(why);                                                                \
+        ck_assert_msg(strstr(why, want) != NULL, "\"%s\" not in \"%s\"", want, why);          \
+    } while (0)
+    (void)none;
+    REFUSED("argument 1: NULL string", "GET %s", (const char *)NULL);
+    REFUSED("argument 2: NULL pointer with length 5", "SET k %b", (const void *)NULL, (size_t)5);
+    REFUSED("argument 2: NULL string", "SET %s %s", "k", (const char *)NULL);
+    REFUSED("unsupported conversion", "GET %p", (void *)&len);
+    REFUSED("empty command", "   ");
+    REFUSED("empty command", "");
+#undef REFUSED
+    /* A NULL %b of length 0 is an empty argument. */
+    ck_assert_int_eq(vp(&out, &len, "SET k %b", (const void *)NULL, (size_t)0), RCP_OK);
+    ck_assert_uint_eq(len, strlen("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n"));
     rcp__free(out);
 }
 END_TEST
@@ -174,6 +247,8 @@ int main(void)
     tcase_add_test(tc, matches_hiredis_on_random_binary_argv);
     tcase_add_test(tc, cstring_argv_without_lengths);
     tcase_add_test(tc, printf_style);
+    tcase_add_test(tc, printf_matches_hiredis);
+    tcase_add_test(tc, printf_bad_arguments_refused);
     tcase_add_test(tc, split_rejects_garbage);
     tcase_add_test(tc, screening);
     tcase_add_test(tc, arg_is);
