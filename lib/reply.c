@@ -103,11 +103,52 @@ static rcp_reply *alloc_node(int type, size_t extra)
     return r;
 }
 
+/* Arrays announced larger than this get an element array that grows with
+ * the elements actually received: a header announcing two billion of them
+ * costs nothing until they come, and freeing a partial reply walks only
+ * what arrived. Smaller ones are allocated whole, in one block. */
+#define ARRAY_GROW_FROM 256
+
+/* Room for element idx of a growing array; -1 when out of memory. */
+static int grow_to(rcp_reply *a, size_t idx)
+{
+    size_t cap = a->len, announced = (size_t)a->integer;
+    rcp_reply **ne;
+    if (idx < cap)
+        return 0;
+    while (cap <= idx)
+        cap = cap * 2;
+    if (cap > announced)
+        cap = announced;
+    ne = rcp__realloc(a->element, cap * sizeof(*ne));
+    if (!ne)
+        return -1;
+    a->element = ne;
+    a->len = cap;
+    return 0;
+}
+
 static void *attach(const redisReadTask *task, rcp_reply *r)
 {
     if (r && task->parent) {
         rcp_reply *parent = task->parent->obj;
-        parent->element[task->idx] = r;
+        size_t idx = (size_t)task->idx;
+        if (parent->rcp__flags & RCP__REPLY_GROWING) {
+            if (grow_to(parent, idx) < 0) {
+                rcp_reply_free(r);
+                return NULL;
+            }
+            parent->element[idx] = r;
+            parent->elements = idx + 1;
+            if (parent->elements == (size_t)parent->integer) {
+                /* Complete: an ordinary array from here on. */
+                parent->rcp__flags &= ~RCP__REPLY_GROWING;
+                parent->integer = 0;
+                parent->len = 0;
+            }
+        } else {
+            parent->element[idx] = r;
+        }
     }
     return r;
 }
@@ -131,7 +172,23 @@ static void *create_string(const redisReadTask *task, char *str, size_t len)
 
 static void *create_array(const redisReadTask *task, int elements)
 {
-    return attach(task, rcp__reply_array_new(elements > 0 ? (size_t)elements : 0));
+    rcp_reply *r;
+    if (elements <= ARRAY_GROW_FROM)
+        return attach(task, rcp__reply_array_new(elements > 0 ? (size_t)elements : 0));
+    r = rcp__calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->type = RCP_REPLY_ARRAY;
+    r->element = rcp__malloc(ARRAY_GROW_FROM * sizeof(*r->element));
+    if (!r->element) {
+        rcp__free(r);
+        return NULL;
+    }
+    r->rcp__flags = RCP__REPLY_GROWING;
+    r->integer = elements; /* announced */
+    r->len = ARRAY_GROW_FROM; /* room */
+    r->elements = 0;          /* received */
+    return attach(task, r);
 }
 
 static void *create_integer(const redisReadTask *task, long long v)

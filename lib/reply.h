@@ -10,6 +10,9 @@
 #define RCP__REPLY_STACK 0x2u  /* lives on a stack frame: keep must copy */
 #define RCP__REPLY_STATIC 0x4u /* static storage: never freed */
 #define RCP__REPLY_SMALL 0x8u  /* from the per-thread cache of small replies */
+#define RCP__REPLY_GROWING 0x10u /* an array still being read: its element array grows with
+                                * the elements received (integer: how many are announced,
+                                * len: the room there is) */
 
 /* Reader object functions producing rcp_reply trees (one allocation per
  * node: strings and element arrays are stored inline). */

@@ -1,6 +1,7 @@
 /* Unit tests: reply objects built by the hiredis reader with our object
  * functions, ownership (keep/dup/free) and client-error replies. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,6 +213,70 @@ START_TEST(small_replies_recycled)
 }
 END_TEST
 
+/* Memory for an array follows the elements received, not the count its
+ * header announces: the largest single allocation while reading a header
+ * of 2^31 - 1 elements (and two of them) stays small; a large array that
+ * does arrive whole is an ordinary array. */
+static size_t biggest;
+static void *big_malloc(size_t n)
+{
+    if (n > biggest)
+        biggest = n;
+    return malloc(n);
+}
+static void *big_calloc(size_t n, size_t m)
+{
+    if (n * m > biggest)
+        biggest = n * m;
+    return calloc(n, m);
+}
+static void *big_realloc(void *p, size_t n)
+{
+    if (n > biggest)
+        biggest = n;
+    return realloc(p, n);
+}
+
+START_TEST(huge_array_header_costs_what_arrives)
+{
+    rcp_allocator a = {big_malloc, big_calloc, big_realloc, free};
+    redisReader *rd;
+    void *out = NULL;
+    static const char head[] = "*2147483647\r\n:1\r\n:2\r\n";
+    char buf[16];
+    ck_assert_int_eq(rcp_set_allocator(&a), RCP_OK);
+    biggest = 0;
+    rd = rcp__reader_new();
+    ck_assert_int_eq(redisReaderFeed(rd, head, sizeof head - 1), REDIS_OK);
+    ck_assert_int_eq(redisReaderGetReply(rd, &out), REDIS_OK);
+    ck_assert_ptr_null(out); /* incomplete */
+    redisReaderFree(rd);       /* frees the partial reply */
+    ck_assert_msg(biggest < 64 * 1024, "an allocation of %zu bytes for 2 elements", biggest);
+
+    /* 1000 elements announced and sent: complete, in order, clean. */
+    rd = rcp__reader_new();
+    ck_assert_int_eq(redisReaderFeed(rd, "*1000\r\n", 7), REDIS_OK);
+    for (int i = 0; i < 1000; i++) {
+        int n = snprintf(buf, sizeof buf, ":%d\r\n", i);
+        ck_assert_int_eq(redisReaderFeed(rd, buf, (size_t)n), REDIS_OK);
+    }
+    ck_assert_int_eq(redisReaderGetReply(rd, &out), REDIS_OK);
+    ck_assert_ptr_nonnull(out);
+    {
+        rcp_reply *r = out;
+        ck_assert_int_eq(r->type, RCP_REPLY_ARRAY);
+        ck_assert_uint_eq(r->elements, 1000);
+        ck_assert_int_eq(r->integer, 0);
+        ck_assert_uint_eq(r->len, 0);
+        for (int i = 0; i < 1000; i++)
+            ck_assert_int_eq(r->element[i]->integer, i);
+        rcp_reply_free(r);
+    }
+    redisReaderFree(rd);
+    rcp_reset_allocator();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("reply");
@@ -225,6 +290,7 @@ int main(void)
     tcase_add_test(tc, keep_and_release);
     tcase_add_test(tc, allocator_hook_and_oom);
     tcase_add_test(tc, small_replies_recycled);
+    tcase_add_test(tc, huge_array_header_costs_what_arrives);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
