@@ -340,10 +340,12 @@ void rcp_cluster_close(rcp_cluster *cl)
     if (!cl)
         return;
     atomic_store(&cl->closing, 1);
-    rcp__refresher_stop(cl);
+    rcp__refresher_wake(cl);
     /* Detach every connection, wait out one grace period, then close
-     * them: closing resolves every request still on them and, with
-     * `closing` set, nothing is resent and no connection is made. */
+     * them: closing resolves every request still on them (the refresher's
+     * own CLUSTER SLOTS or PING to a hung node too, so it stops at once
+     * instead of waiting out its timeout) and, with `closing` set, nothing
+     * is resent and no connection is made. Then the refresher is joined. */
     pthread_mutex_lock(&cl->reg_mu);
     first = cl->nodes; /* nodes are only ever added at the head */
     for (n = first; n; n = n->next)
@@ -359,6 +361,7 @@ void rcp_cluster_close(rcp_cluster *cl)
         }
         rcp__pool_shutdown(n);
     }
+    rcp__refresher_stop(cl);
     while (atomic_load(&cl->active_calls) > 0)
         usleep(1000);
     urcu_bp_barrier();

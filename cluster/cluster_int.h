@@ -338,7 +338,11 @@ void *rcp__refresher_main(void *arg);
  * Returns 0, or -1 once the handle has closed its queue (l not queued:
  * the caller resolves its request with RCP_ERR_CLOSED). */
 int rcp__later_add(struct rcp_cluster *cl, rcp__later *l, uint64_t delay_ns, uint64_t deadline);
-/* Close: stop the thread, then fire every queued item with closing 1. */
+/* Close, first step: ask the thread to stop (it finishes what it is
+ * doing). */
+void rcp__refresher_wake(struct rcp_cluster *cl);
+/* Close, last step: join the thread, then fire every queued item with
+ * closing 1. */
 void rcp__refresher_stop(struct rcp_cluster *cl);
 
 /* async.c */

@@ -138,7 +138,7 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
     }
     /* Start at a random master so one slow node does not take every
      * refresh. */
-    for (i = 0; i < nc && !t; i++) {
+    for (i = 0; i < nc && !t && !atomic_load(&cl->closing); i++) {
         size_t k = i < nmasters ? (i + r0) % nmasters : i;
         n = cands[k];
         if (ask_slots(cl, n, &t, why, sizeof why) == 0)
@@ -206,7 +206,8 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
     for (i = 0; i < nclosing; i++) {
         /* Let requests already queued there finish (bounded). */
         uint64_t until = rcp__now_ns() + 2000000000ull;
-        while (rcp__conn_outstanding(closing[i]) && rcp__now_ns() < until)
+        while (rcp__conn_outstanding(closing[i]) && rcp__now_ns() < until &&
+               !atomic_load(&cl->closing))
             usleep(2000);
         rcp_conn_close(closing[i]);
     }
@@ -226,7 +227,7 @@ void rcp__refresh_rtt(struct rcp_cluster *cl)
         if (atomic_load(&n->in_map))
             list[k++] = n;
     pthread_mutex_unlock(&cl->reg_mu);
-    for (i = 0; i < k; i++) {
+    for (i = 0; i < k && !atomic_load(&cl->closing); i++) {
         struct rcp_conn *conn;
         rcp_reply *r;
         uint64_t t0, rtt, old;
@@ -331,13 +332,18 @@ void *rcp__refresher_main(void *arg)
     return NULL;
 }
 
-void rcp__refresher_stop(struct rcp_cluster *cl)
+void rcp__refresher_wake(struct rcp_cluster *cl)
 {
-    rcp__later *l;
     pthread_mutex_lock(&cl->wmu);
     cl->stop = 1;
     pthread_cond_signal(&cl->wcv);
     pthread_mutex_unlock(&cl->wmu);
+}
+
+void rcp__refresher_stop(struct rcp_cluster *cl)
+{
+    rcp__later *l;
+    rcp__refresher_wake(cl);
     if (cl->worker_started)
         pthread_join(cl->worker, NULL);
     cl->worker_started = 0;

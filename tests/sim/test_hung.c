@@ -2,7 +2,7 @@
  * never answers. Requests to it fail at their deadline (RCP_ERR_TIMEOUT),
  * the timeouts make the client look at the topology again (a forced
  * refresh), and requests to the other node go on being answered while the
- * hung node's are still waiting. */
+ * hung node's are still waiting. Close ends whatever is stuck at once. */
 #include <check.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -122,9 +122,68 @@ START_TEST(hung_conn_io_timeout)
 }
 END_TEST
 
+/* Close returns promptly whatever the nodes do: a refresh stuck on nodes
+ * that never answer CLUSTER SLOTS, requests stuck on a hung node, a
+ * blocking command waiting: all are ended by close, not waited out. */
+START_TEST(close_is_prompt_with_hung_nodes)
+{
+    sim_node *n[2];
+    rcp_cluster_options o;
+    rcp_conn_options no;
+    rcp_cluster *cl;
+    sim_fut quick, stuck[3];
+    char a0[64];
+    uint64_t t0, took_ms;
+
+    ck_assert_int_eq(sim_start(n, 2), 0);
+    for (int i = 0; i < 2; i++)
+        sim_loadf(n[i], "%son CLUSTER SLOTS => slots 0-8191=$P0 8192-16383=$P1\n", sim_prelude);
+    sim_cluster_options(&o, &no, sim_addr(n[0], a0, sizeof a0));
+    no.request_timeout_ms = sim_scale(10000);
+    no.connect_timeout_ms = sim_scale(3000); /* a refresh waits up to 4 s for an answer */
+    cl = sim_open(&o);
+    sim_loadf(n[1], "on CLUSTER SLOTS => hang\non PING => hang\n");
+    sim_loadf(n[0], "on ** => hang\n");
+    ck_assert_int_eq(sim_wait(n[0], sim_scale(2000)), 0);
+    ck_assert_int_eq(sim_wait(n[1], sim_scale(2000)), 0);
+    /* A timeout forces a refresh, which hangs on either node. */
+    sim_fut_init(&quick, sim_scale(100));
+    ck_assert_int_eq(rcp_cluster_send(cl, &quick.f, "GET %s", HUNG_KEY), RCP_OK);
+    ck_assert_int_eq(sim_fut_wait(&quick, sim_scale(5000)), 0);
+    ck_assert_int_eq(quick.err, RCP_ERR_TIMEOUT);
+    {
+        /* The bootstrap asked node 0; the forced refresh asks either. */
+        uint64_t until = sim_now_ns() + (uint64_t)sim_scale(3000) * 1000000ull;
+        size_t c = 0;
+        while (sim_now_ns() < until &&
+               (c = sim_count(n[0], "CLUSTER SLOTS") + sim_count(n[1], "CLUSTER SLOTS")) < 2)
+            sim_sleep_ms(5);
+        ck_assert_uint_ge(c, 2);
+    }
+    for (int i = 0; i < 3; i++) {
+        sim_fut_init(&stuck[i], 0);
+        ck_assert_int_eq(rcp_cluster_send(cl, &stuck[i].f, "GET %s", HUNG_KEY), RCP_OK);
+    }
+    t0 = sim_now_ns();
+    rcp_cluster_close(cl);
+    took_ms = (sim_now_ns() - t0) / 1000000ull;
+    ck_assert_msg(took_ms < (uint64_t)sim_scale(1000), "close took %llu ms",
+                  (unsigned long long)took_ms);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(stuck[i].calls, 1);
+        ck_assert_msg(stuck[i].err == RCP_ERR_CLOSED || stuck[i].err == RCP_ERR_IO, "err %d %s",
+                      stuck[i].err, stuck[i].str);
+        sim_fut_destroy(&stuck[i]);
+    }
+    sim_fut_destroy(&quick);
+    sim_free_all(n, 2);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("hung");
+    tcase_add_test(tc, close_is_prompt_with_hung_nodes);
     tcase_add_test(tc, hung_node);
     tcase_add_test(tc, hung_conn_io_timeout);
     return sim_run("sim-hung", tc);
