@@ -15,6 +15,7 @@
  * thread, which resolves written requests with RCP_ERR_IO and unwritten ones
  * with RCP_ERR_NOT_SENT, so the cluster layer knows what is safe to resend. */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <netdb.h>
@@ -24,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -194,7 +194,7 @@ static int reader_failure(struct rcp_conn *c, char *cause, size_t len)
 
 static void ring_loop(struct rcp_conn *c)
 {
-    if (rcp__loop_notify(c->loop, c))
+    if (rcp__loop_notify(c->loop, &c->src))
         stat_add(&c->st.loop_wakes, 1);
 }
 
@@ -512,8 +512,8 @@ static void start_connect(struct rcp_conn *c)
     }
     pthread_mutex_unlock(&c->mu);
     c->armed = 1;
-    if (rcp__loop_watch(c->loop, fd, c) < 0) {
-        snprintf(cause, sizeof cause, "epoll_ctl: %s", strerror(errno));
+    if (rcp__loop_watch(c->loop, fd, &c->src) < 0) {
+        snprintf(cause, sizeof cause, "cannot watch the socket: %s", strerror(errno));
         conn_fail(c, RCP_ERR_CONNECT, cause);
     }
 }
@@ -587,7 +587,7 @@ static int take_batch(struct rcp_conn *c)
 /* Loop thread: listen for data again before writing or reading. */
 static void arm(struct rcp_conn *c)
 {
-    if (!c->armed && c->fd >= 0 && rcp__loop_rearm(c->loop, c->fd, c, 1) == 0)
+    if (!c->armed && c->fd >= 0 && rcp__loop_rearm(c->loop, c->fd, &c->src, 1) == 0)
         c->armed = 1;
 }
 
@@ -830,8 +830,10 @@ static int check_handshake(struct rcp_conn *c)
 
 static void process(struct rcp_conn *c, uint32_t events);
 
-void rcp__conn_process(struct rcp_conn *c, uint32_t events)
+/* The loop's entry: readiness of the socket, or 0 when notified. */
+static void conn_process(rcp__loop_src *src, uint32_t events)
 {
+    struct rcp_conn *c = (struct rcp_conn *)((char *)src - offsetof(struct rcp_conn, src));
     pthread_mutex_lock(&c->mu);
     if (c->fast_active) {
         /* A lone caller owns the socket right now; it hands back. If the
@@ -839,7 +841,7 @@ void rcp__conn_process(struct rcp_conn *c, uint32_t events)
          * write again: a lone caller should cost the loop nothing. */
         int fd = c->fd;
         pthread_mutex_unlock(&c->mu);
-        if ((events & EPOLLIN) && c->armed && fd >= 0 && rcp__loop_rearm(c->loop, fd, c, 0) == 0)
+        if ((events & RCP__EV_READ) && c->armed && fd >= 0 && rcp__loop_rearm(c->loop, fd, &c->src, 0) == 0)
             c->armed = 0;
         return;
     }
@@ -886,7 +888,7 @@ static void process(struct rcp_conn *c, uint32_t events)
         int err = 0;
         socklen_t len = sizeof err;
         int ready = 0;
-        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+        if (!(events & (RCP__EV_WRITE | RCP__EV_ERR | RCP__EV_HUP)))
             return;
         if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
             err = errno;
@@ -907,7 +909,7 @@ static void process(struct rcp_conn *c, uint32_t events)
     }
     if (need_read)
         arm(c);
-    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP) || need_read) {
+    if (events & (RCP__EV_READ | RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP) || need_read) {
         if (!do_read(c))
             return;
         if (!check_handshake(c))
@@ -916,13 +918,19 @@ static void process(struct rcp_conn *c, uint32_t events)
     do_write(c);
 }
 
-uint64_t rcp__conn_next_timer(struct rcp_conn *c)
+static uint64_t next_timer(struct rcp_conn *c)
 {
     return atomic_load_explicit(&c->timer_at, memory_order_relaxed);
 }
 
-uint64_t rcp__conn_timers(struct rcp_conn *c, uint64_t now)
+static uint64_t conn_next_timer(rcp__loop_src *src)
 {
+    return next_timer((struct rcp_conn *)((char *)src - offsetof(struct rcp_conn, src)));
+}
+
+static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
+{
+    struct rcp_conn *c = (struct rcp_conn *)((char *)src - offsetof(struct rcp_conn, src));
     uint64_t next = UINT64_MAX;
     int state, fast, flush = 0, wake_flush;
     uint64_t waiting;
@@ -946,14 +954,14 @@ uint64_t rcp__conn_timers(struct rcp_conn *c, uint64_t now)
             return UINT64_MAX;
         if (now >= c->reconnect_at) {
             start_connect(c);
-            return rcp__conn_next_timer(c);
+            return next_timer(c);
         }
         if (c->reconnect_at < next)
             next = c->reconnect_at;
     } else if (state == RCP__ST_CONNECTING || state == RCP__ST_HANDSHAKE) {
         if (now >= c->connect_deadline && !fast) {
             conn_fail(c, RCP_ERR_CONNECT, "connect/handshake timed out");
-            return rcp__conn_next_timer(c);
+            return next_timer(c);
         }
         if (c->connect_deadline < next)
             next = c->connect_deadline;
@@ -963,7 +971,7 @@ uint64_t rcp__conn_timers(struct rcp_conn *c, uint64_t now)
             char cause[120];
             snprintf(cause, sizeof cause, "I/O timeout: no reply byte for %d ms", c->opt.io_timeout_ms);
             conn_fail(c, RCP_ERR_IO, cause);
-            return rcp__conn_next_timer(c);
+            return next_timer(c);
         }
         if (limit < next)
             next = limit;
@@ -980,13 +988,15 @@ uint64_t rcp__conn_timers(struct rcp_conn *c, uint64_t now)
         }
         pthread_mutex_unlock(&c->mu);
         if (flush)
-            rcp__conn_process(c, 0);
+            conn_process(&c->src, 0);
         else if (due && due < next)
             next = due;
     }
     set_timer(c, next);
-    return rcp__conn_next_timer(c);
+    return next_timer(c);
 }
+
+static const rcp__loop_src_ops conn_src_ops = {conn_process, conn_next_timer, conn_timers};
 
 /* ------------------------------------------------------------------ */
 /* open / close                                                        */
@@ -1098,11 +1108,12 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
         c->hs[k].c = c;
         c->hs[k].f.resolve = hs_resolve;
     }
+    c->src.ops = &conn_src_ops;
     c->readonly = (flags & RCP__CONN_READONLY) != 0;
     c->once = (flags & RCP__CONN_ONCE) != 0;
     set_state(c, RCP__ST_DISCONNECTED);
     c->reconnect_at = 0;
-    if (loop && rcp__loop_attach(loop, c) < 0) {
+    if (loop && rcp__loop_attach(loop, &c->src) < 0) {
         conn_free(c);
         return RCP_ERR_OOM;
     }
@@ -1110,7 +1121,7 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
     if (loop) {
         /* The loop connects on its first timer pass. */
         set_timer(c, 0);
-        rcp__loop_notify(loop, c);
+        rcp__loop_notify(loop, &c->src);
     }
     return RCP_OK;
 }
@@ -1164,12 +1175,12 @@ int rcp_conn_open(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_
     c->owned_loops = loops;
     c->nowned = n;
     c->loop = loops[0];
-    if (rcp__loop_attach(c->loop, c) < 0) {
+    if (rcp__loop_attach(c->loop, &c->src) < 0) {
         conn_free(c);
         return RCP_ERR_OOM;
     }
     set_timer(c, 0);
-    rcp__loop_notify(c->loop, c);
+    rcp__loop_notify(c->loop, &c->src);
 
     deadline = rcp__now_ns() + ms_to_ns(o->connect_timeout_ms) + ms_to_ns(1000);
     ts.tv_sec = (time_t)(deadline / 1000000000ull);
@@ -1206,7 +1217,7 @@ void rcp_conn_close(rcp_conn *c)
     pthread_cond_broadcast(&c->space_cv);
     pthread_mutex_unlock(&c->mu);
     if (c->loop) {
-        rcp__loop_notify(c->loop, c);
+        rcp__loop_notify(c->loop, &c->src);
         pthread_mutex_lock(&c->mu);
         while (!c->closed) {
             struct timespec ts;
@@ -1216,7 +1227,7 @@ void rcp_conn_close(rcp_conn *c)
             pthread_cond_timedwait(&c->state_cv, &c->mu, &ts);
             if (!c->closed) {
                 pthread_mutex_unlock(&c->mu);
-                rcp__loop_notify(c->loop, c);
+                rcp__loop_notify(c->loop, &c->src);
                 pthread_mutex_lock(&c->mu);
             }
         }
@@ -1230,7 +1241,7 @@ void rcp_conn_close(rcp_conn *c)
         usleep(1000);
     }
     if (c->loop) {
-        rcp__loop_detach(c->loop, c);
+        rcp__loop_detach(c->loop, &c->src);
         /* It may still sit on the loop's ready stack: let the loop drain
          * it before the memory goes. */
         rcp__loop_quiesce(c->loop);

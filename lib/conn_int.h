@@ -1,5 +1,6 @@
 /* lib/conn_int.h: the connection's internals, shared by conn.c (the
- * request path), loop.c (the ready list link) and unit tests.
+ * request path) and unit tests. The loop sees only the embedded
+ * rcp__loop_src.
  *
  * Requests live in one ring of slots, in order. Four monotonically growing
  * counters cut it into regions:
@@ -88,9 +89,8 @@ struct rcp_conn {
     atomic_uint active_calls;
 
     /* Loop-owned (or fast-path-owned while fast_active). */
-    struct rcp_conn *ready_next;
-    atomic_int in_ready;  /* on the loop's ready stack */
-    int armed;            /* epoll wakes the loop on readable/writable */
+    rcp__loop_src src;    /* this connection as a source of its loop */
+    int armed;            /* the loop is woken on readable/writable, not only hang-ups */
     char *wbuf;
     size_t wlen, woff, wcap, wslot_off;
     redisReader *reader;
