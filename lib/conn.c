@@ -713,6 +713,16 @@ rcp_reply *rcp_conn_command(rcp_conn *c, const char *fmt, ...)
     return r;
 }
 
+void rcp__conn_hold(struct rcp_conn *c)
+{
+    atomic_fetch_add(&c->active_calls, 1);
+}
+
+void rcp__conn_release(struct rcp_conn *c)
+{
+    atomic_fetch_sub(&c->active_calls, 1);
+}
+
 void rcp__conn_last_error(struct rcp_conn *c, char *buf, size_t len)
 {
     pthread_mutex_lock(&c->mu);

@@ -1,6 +1,6 @@
 /* lib/conn_int.h: the connection's internals, shared by the files of
  * lib/ that make up a connection (one per mechanism, as libuv's src/unix/)
- * and unit tests (cluster/ uses the internal API at the end).
+ * and unit tests; never by cluster/, which sees connection.h only.
  *
  *   conn.c          open, close, options, stats; the public send/command API
  *   conn_connect.c  socket connect, handshake, reconnect backoff, failure
@@ -39,6 +39,7 @@
 #include <hiredis/read.h>
 
 #include "clock.h"
+#include "connection.h"
 #include "loop.h"
 #include "rcpipe/conn.h"
 
@@ -102,7 +103,7 @@ struct rcp_conn {
     char hs_msg[300];
     uint64_t flush_opened_ns; /* first request of the pending flush (pause only) */
     uint64_t min_deadline;
-    atomic_uint active_calls; /* calls in progress: close waits for 0 */
+    atomic_uint active_calls; /* calls in progress: rcp__conn_hold, close waits */
 
     /* Loop-owned (or fast-path-owned while fast_active). */
     rcp__loop_src src;    /* this connection as a source of its loop */
@@ -129,44 +130,6 @@ struct rcp_conn {
             disconnects, fast_path, futex_wakes, loop_wakes;
     } st;
 };
-
-/* Internal API for the cluster layer. */
-enum {
-    RCP__CONN_READONLY = 1, /* send READONLY on every (re)connect */
-    RCP__CONN_ONCE = 2      /* no reconnect once a ready connection is lost: for state
-                             * that must not silently vanish (WATCH) */
-};
-
-/* Create a connection on an existing loop without waiting for it to
- * connect (it connects on the loop's next pass). */
-int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
-                     struct rcp_conn **out);
-/* Queue pre-formatted bytes (one command); with `asking`, "ASKING" is
- * written immediately before it, adjacent on the wire. Contract as
- * rcp_conn_send_argv. */
-int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len, int asking);
-/* Queue n pre-formatted commands in one critical section: adjacent on the
- * wire, nothing of another caller's between them (with `asking`, ASKING
- * first). All or nothing: RCP_OK and every f[i] resolved once, or an error
- * and none called. More than max_inflight commands: RCP_ERR_TOO_LARGE. */
-int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
-                         const char *const *raw, const size_t *len, int asking);
-/* The sync form (lone-caller fast path when not asking); timeout_ms as a
- * future's. Never NULL. */
-rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,
-                                 int timeout_ms);
-/* The sync form only if the lone-caller path is free (connected, nothing
- * queued or in flight): the reply, or NULL and nothing was sent. */
-rcp_reply *rcp__conn_command_fast_only(struct rcp_conn *c, const char *raw, size_t len,
-                                       int timeout_ms);
-/* 1 if exactly one request is outstanding and a lone caller is doing its
- * I/O (the connection is busy, but not with a batch the loop is driving). */
-int rcp__conn_lone_busy(struct rcp_conn *c);
-int rcp__conn_healthy(struct rcp_conn *c);        /* connected and ready */
-/* "addr: why" of the connection's last failure (a refused connect, a lost
- * connection), or "addr: no failure recorded". */
-void rcp__conn_last_error(struct rcp_conn *c, char *buf, size_t len);
-uint64_t rcp__conn_outstanding(struct rcp_conn *c); /* requests queued or in flight */
 
 /* ---- small helpers, inline: they sit on the request path ------------ */
 
