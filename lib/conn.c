@@ -504,8 +504,9 @@ static int format_fmt(rcp_conn *c, const char *fmt, va_list ap, char **buf, size
 }
 
 /* The public async sends: screen the command (argv, or a format string
- * and its arguments when ap is set), queue it for f. */
-static int public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv,
+ * and its arguments when ap is set), queue it for f. Always inlined: each
+ * entry point keeps the one call level it had before they shared this. */
+__attribute__((always_inline)) static inline int public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv,
                        const size_t *argvlen, const char *fmt, va_list *ap)
 {
     char *buf = NULL;
@@ -657,8 +658,8 @@ uint64_t rcp__conn_outstanding(struct rcp_conn *c)
 
 /* The public sync calls: refuse a NULL handle and a loop thread, screen
  * the command (argv, or a format string and its arguments when ap is
- * set), run it. */
-static rcp_reply *public_command(rcp_conn *c, const char *fn, int argc, const char **argv,
+ * set), run it. Always inlined, as public_send. */
+__attribute__((always_inline)) static inline rcp_reply *public_command(rcp_conn *c, const char *fn, int argc, const char **argv,
                                  const size_t *argvlen, const char *fmt, va_list *ap)
 {
     char *buf = NULL;

@@ -397,7 +397,10 @@ static void serve(struct rcp_conn *c, uint32_t events)
     if (events & (RCP__EV_READ | RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP) || need_read) {
         if (!do_read(c))
             return;
-        if (!rcp__conn_check_handshake(c))
+        /* Only the loop thread changes the state: once READY there is no
+         * handshake left to finish, and no mutex round to pay per read. */
+        if ((c->hs_failed || __atomic_load_n(&c->state, __ATOMIC_RELAXED) != RCP__ST_READY) &&
+            !rcp__conn_check_handshake(c))
             return;
     }
     do_write(c);
