@@ -1,5 +1,17 @@
-/* lib/conn_int.h: the connection's internals, shared by conn.c (the
- * request path), loop.c (the ready list link) and unit tests.
+/* lib/conn_int.h: the connection's internals, shared by the files of
+ * lib/ that make up a connection (one per mechanism, as libuv's src/unix/)
+ * and unit tests; never by cluster/, which sees connection.h only.
+ *
+ *   conn.c          open, close, options, stats; the public send/command API
+ *   conn_connect.c  socket connect, handshake, reconnect backoff, failure
+ *   conn_io.c       the loop's side: flush (write the pending requests),
+ *                   read, dispatch replies, timers
+ *   conn_fast.c     sync calls: the caller's own future, and the lone-caller
+ *                   fast path (the caller does its own write and read)
+ *
+ * Write and read go through conn_write_some and conn_recv_feed below, on
+ * the loop and on the fast path alike; both are inline so that neither
+ * path pays a call for sharing them.
  *
  * Requests live in one ring of slots, in order. Four monotonically growing
  * counters cut it into regions:
@@ -16,12 +28,18 @@
 #ifndef RCP_CONN_INT_H
 #define RCP_CONN_INT_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #include <hiredis/read.h>
 
+#include "clock.h"
+#include "connection.h"
 #include "loop.h"
 #include "rcpipe/conn.h"
 
@@ -68,7 +86,7 @@ struct rcp_conn {
     int fast_active;      /* a lone caller owns the socket's I/O */
     uint64_t fast_idx;    /* its slot: the loop never expires it */
     int loop_io;          /* the loop is inside process: no fast path */
-    int wake_pending;     /* the loop has been asked to flush the batch */
+    int wake_pending;     /* the loop has been asked to flush the pending requests */
     int need_close;       /* the fast path hands a failure to the loop */
     int need_read;        /* the fast path hands the reader role back */
     int close_code;
@@ -83,14 +101,13 @@ struct rcp_conn {
     uint64_t hs_end;      /* ring counter ending the handshake slots */
     int hs_failed;
     char hs_msg[300];
-    uint64_t batch_opened_ns;
+    uint64_t flush_opened_ns; /* first request of the pending flush (pause only) */
     uint64_t min_deadline;
-    atomic_uint active_calls;
+    atomic_uint active_calls; /* calls in progress: rcp__conn_hold, close waits */
 
     /* Loop-owned (or fast-path-owned while fast_active). */
-    struct rcp_conn *ready_next;
-    atomic_int in_ready;  /* on the loop's ready stack */
-    int armed;            /* epoll wakes the loop on readable/writable */
+    rcp__loop_src src;    /* this connection as a source of its loop */
+    int armed;            /* the loop is woken on readable/writable, not only hang-ups */
     char *wbuf;
     size_t wlen, woff, wcap, wslot_off;
     redisReader *reader;
@@ -114,42 +131,162 @@ struct rcp_conn {
     } st;
 };
 
-/* Internal API for the cluster layer. */
-enum {
-    RCP__CONN_READONLY = 1, /* send READONLY on every (re)connect */
-    RCP__CONN_ONCE = 2      /* no reconnect once a ready connection is lost: for state
-                             * that must not silently vanish (WATCH) */
-};
+/* ---- small helpers, inline: they sit on the request path ------------ */
 
-/* Create a connection on an existing loop without waiting for it to
- * connect (it connects on the loop's next pass). */
-int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
-                     struct rcp_conn **out);
-/* Queue pre-formatted bytes (one command); with `asking`, "ASKING" is
- * written immediately before it, adjacent on the wire. Contract as
- * rcp_conn_send_argv. */
-int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len, int asking);
-/* Queue n pre-formatted commands in one critical section: adjacent on the
- * wire, nothing of another caller's between them (with `asking`, ASKING
- * first). All or nothing: RCP_OK and every f[i] resolved once, or an error
- * and none called. More than max_inflight commands: RCP_ERR_TOO_LARGE. */
-int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
-                         const char *const *raw, const size_t *len, int asking);
-/* The sync form (lone-caller fast path when not asking); timeout_ms as a
- * future's. Never NULL. */
-rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,
-                                 int timeout_ms);
-/* The sync form only if the lone-caller path is free (connected, nothing
- * queued or in flight): the reply, or NULL and nothing was sent. */
-rcp_reply *rcp__conn_command_fast_only(struct rcp_conn *c, const char *raw, size_t len,
-                                       int timeout_ms);
-/* 1 if exactly one request is outstanding and a lone caller is doing its
- * I/O (the connection is busy, but not with a batch the loop is driving). */
-int rcp__conn_lone_busy(struct rcp_conn *c);
-int rcp__conn_healthy(struct rcp_conn *c);        /* connected and ready */
-/* "addr: why" of the connection's last failure (a refused connect, a lost
- * connection), or "addr: no failure recorded". */
-void rcp__conn_last_error(struct rcp_conn *c, char *buf, size_t len);
-uint64_t rcp__conn_outstanding(struct rcp_conn *c); /* requests queued or in flight */
+static inline uint64_t conn_ms_to_ns(long long ms)
+{
+    return (uint64_t)ms * 1000000ull;
+}
+
+static inline void conn_stat_add(_Atomic uint64_t *s, uint64_t v)
+{
+    atomic_fetch_add_explicit(s, v, memory_order_relaxed);
+}
+
+static inline struct rcp_conn *conn_of_src(rcp__loop_src *s)
+{
+    return (struct rcp_conn *)((char *)s - offsetof(struct rcp_conn, src));
+}
+
+/* Any thread: lower the time the loop next runs this connection's timers. */
+static inline void conn_set_timer(struct rcp_conn *c, uint64_t t)
+{
+    uint64_t cur = atomic_load_explicit(&c->timer_at, memory_order_relaxed);
+    while (t < cur &&
+           !atomic_compare_exchange_weak_explicit(&c->timer_at, &cur, t, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+    }
+}
+
+/* Mutex held. The state is also read without the mutex (rcp__conn_healthy,
+ * by the cluster's replica choice), so it is stored atomically. */
+static inline void conn_set_state(struct rcp_conn *c, int st)
+{
+    __atomic_store_n(&c->state, st, __ATOMIC_RELAXED);
+}
+
+/* Mutex held. Ask the loop to flush the pending requests, once per flush.
+ * The caller rings (outside the mutex where it can) when this returns 1. */
+static inline int conn_want_loop(struct rcp_conn *c)
+{
+    if (c->wake_pending || c->fast_active)
+        return 0;
+    c->wake_pending = 1;
+    c->flush_opened_ns = c->opt.batch_delay_us ? rcp__now_ns() : 0;
+    return 1;
+}
+
+static inline void conn_ring_loop(struct rcp_conn *c)
+{
+    if (rcp__loop_notify(c->loop, &c->src))
+        conn_stat_add(&c->st.loop_wakes, 1);
+}
+
+/* Mutex held. Make sure the loop checks the I/O timeout in time. */
+static inline void conn_arm_io_timer(struct rcp_conn *c)
+{
+    if (c->opt.io_timeout_ms > 0)
+        conn_set_timer(c, c->last_read_ns + conn_ms_to_ns(c->opt.io_timeout_ms));
+}
+
+static inline uint64_t conn_deadline_for(struct rcp_conn *c, const rcp_future *f, uint64_t now)
+{
+    int ms = f->timeout_ms ? f->timeout_ms : c->opt.request_timeout_ms;
+    if (ms <= 0)
+        return 0;
+    return now + conn_ms_to_ns(ms);
+}
+
+/* ---- the one write and the one read, for the loop and the fast path -- */
+
+enum { CONN_IO_DONE = 0, CONN_IO_AGAIN = 1, CONN_IO_ERR = -1, CONN_IO_BAD = -2 };
+
+/* Write buf[*off, len) to the socket, retrying EINTR, counting each call.
+ * CONN_IO_DONE once all is written, CONN_IO_AGAIN when the socket buffer
+ * is full (*off says how far it got), CONN_IO_ERR on a failure (errno). */
+static inline int conn_write_some(struct rcp_conn *c, const char *buf, size_t len, size_t *off)
+{
+    while (*off < len) {
+        ssize_t w = send(c->fd, buf + *off, len - *off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            *off += (size_t)w;
+            conn_stat_add(&c->st.write_calls, 1);
+            conn_stat_add(&c->st.bytes_out, (uint64_t)w);
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return CONN_IO_AGAIN;
+        return CONN_IO_ERR;
+    }
+    return CONN_IO_DONE;
+}
+
+/* One recv() into rbuf (flags: MSG_DONTWAIT on the loop, 0 on the fast
+ * path, whose socket is blocking with SO_RCVTIMEO), fed to the reply
+ * reader. Returns the bytes read (> 0), 0 if the peer closed, -1 on a
+ * recv failure (errno: EINTR and EAGAIN are the caller's to handle), or
+ * CONN_IO_BAD if the reader refused the bytes (rcp__conn_reader_failure). */
+static inline ssize_t conn_recv_feed(struct rcp_conn *c, int flags)
+{
+    ssize_t r = recv(c->fd, c->rbuf, c->rbuf_cap, flags);
+    if (r > 0) {
+        conn_stat_add(&c->st.read_calls, 1);
+        conn_stat_add(&c->st.bytes_in, (uint64_t)r);
+        if (redisReaderFeed(c->reader, c->rbuf, (size_t)r) != REDIS_OK)
+            return CONN_IO_BAD;
+    }
+    return r;
+}
+
+/* ---- across the files of a connection -------------------------------- */
+
+/* conn.c */
+/* Mutex held. Room for `len` more pending bytes (pend_off compacted);
+ * -1 when out of memory. */
+int rcp__conn_pend_reserve(struct rcp_conn *c, size_t len);
+/* Queue one request (argv formatted under the mutex, or raw bytes):
+ * rcp__conn_send_raw's contract. */
+int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,
+                      const size_t *argvlen, const char *raw, size_t len, int asking);
+/* An error reply: `why` if set, else "what: rcp_strerror(code)". */
+rcp_reply *rcp__conn_error_reply(int code, const char *why, const char *what);
+
+/* conn_connect.c */
+/* Loop thread (or close). Stop watching and close the socket. */
+void rcp__conn_close_socket(struct rcp_conn *c);
+/* Loop thread. Resolve everything outstanding and drop the socket; code
+ * is the cause (RCP_ERR_IO-like failures, RCP_ERR_CONNECT, RCP_ERR_AUTH,
+ * RCP_ERR_PROTOCOL, RCP_ERR_CLOSED). Written requests get RCP_ERR_IO,
+ * unwritten ones RCP_ERR_NOT_SENT. Schedules the reconnect. */
+void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause);
+/* At create: the handshake futures and the backoff's random seed. */
+void rcp__conn_connect_init(struct rcp_conn *c);
+/* Loop thread. Start a non-blocking connect; failures go to rcp__conn_fail. */
+void rcp__conn_start_connect(struct rcp_conn *c);
+/* Loop thread, state CONNECTING, readiness `events`: finish the connect.
+ * Returns 1 once connected (processing goes on: the handshake is queued),
+ * 0 if the socket is not writable yet or the connect failed. */
+int rcp__conn_finish_connect(struct rcp_conn *c, uint32_t events);
+/* Loop thread, after replies were dispatched: finish the handshake.
+ * Returns 0 if the connection was failed. */
+int rcp__conn_check_handshake(struct rcp_conn *c);
+
+/* conn_io.c */
+/* The connection's ops as a loop source (process, next_timer, timers). */
+extern const rcp__loop_src_ops rcp__conn_src_ops;
+/* Why the reply reader failed: RCP_ERR_OOM or RCP_ERR_PROTOCOL; cause
+ * gets the text. Either way the connection must be closed. */
+int rcp__conn_reader_failure(struct rcp_conn *c, char *cause, size_t len);
+void rcp__conn_resolve_error(rcp_future *f, int code, const char *msg);
+
+/* conn_fast.c */
+/* A sync call: a future on the caller's stack, the lone-caller path when
+ * it is free (not with asking). fast_only: NULL (nothing sent) instead of
+ * queueing when the lone-caller path is not free. Never NULL otherwise. */
+rcp_reply *rcp__conn_sync_command(struct rcp_conn *c, int argc, const char **argv,
+                                  const size_t *argvlen, const char *raw, size_t len, int asking,
+                                  int timeout_ms, int fast_only);
 
 #endif

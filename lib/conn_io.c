@@ -1,0 +1,489 @@
+/* lib/conn_io.c: the loop's side of a connection. When notified (a caller
+ * opened a flush) or when the socket is ready, the loop takes the pending
+ * requests as one flush (capped in commands and bytes), writes it with as
+ * few send() calls as the socket allows, reads replies with the hiredis
+ * reader until EAGAIN and resolves their futures in order, outside the
+ * mutex. Timers (deadlines, reconnect, connect and I/O timeouts, the flush
+ * pause of batch_delay_us) run here too. The connection is a loop source:
+ * rcp__conn_src_ops is all the loop knows of it. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "conn_int.h"
+#include "reply.h"
+
+#define DISPATCH_MAX 128
+
+void rcp__conn_resolve_error(rcp_future *f, int code, const char *msg)
+{
+    rcp_reply r;
+    rcp__reply_error_init(&r, code, msg);
+    f->resolve(f, &r);
+}
+
+int rcp__conn_reader_failure(struct rcp_conn *c, char *cause, size_t len)
+{
+    if (c->reader->err == REDIS_ERR_OOM) {
+        snprintf(cause, len, "out of memory reading a reply");
+        return RCP_ERR_OOM;
+    }
+    snprintf(cause, len, "protocol error: %s", c->reader->errstr);
+    return RCP_ERR_PROTOCOL;
+}
+
+/* Loop thread: resolve requests whose deadline passed. */
+static void expire(struct rcp_conn *c, uint64_t now)
+{
+    char msg[400];
+    uint64_t i, n = 0, min = UINT64_MAX;
+    pthread_mutex_lock(&c->mu);
+    if (c->min_deadline > now) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    for (i = c->head; i < c->tail; i++) {
+        rcp__slot *s = &c->ring[i & c->mask];
+        if (!s->f || !s->deadline || (c->fast_active && i == c->fast_idx))
+            continue;
+        if (s->deadline <= now) {
+            c->scratch[n++] = s->f;
+            s->f = NULL;
+        } else if (s->deadline < min) {
+            min = s->deadline;
+        }
+    }
+    c->min_deadline = min;
+    if (n && c->space_waiters)
+        pthread_cond_broadcast(&c->space_cv);
+    pthread_mutex_unlock(&c->mu);
+    if (!n)
+        return;
+    conn_stat_add(&c->st.timeouts, n);
+    snprintf(msg, sizeof msg, "%s: request timed out (no reply before its deadline)", c->addr);
+    for (i = 0; i < n; i++)
+        rcp__conn_resolve_error(c->scratch[i], RCP_ERR_TIMEOUT, msg);
+}
+
+/* ------------------------------------------------------------------ */
+/* the flush: write what callers queued                               */
+
+/* Mutex held. Take up to the caps' worth of pending requests into wbuf
+ * (one flush: max_batch_commands, max_batch_bytes). Returns 0 on OOM. */
+static int take_flush(struct rcp_conn *c)
+{
+    uint64_t limit = c->state == RCP__ST_READY ? c->tail : c->hs_end;
+    uint64_t i = c->taken, n = 0;
+    size_t bytes = 0;
+    while (i < limit && n < c->opt.max_batch_commands) {
+        size_t l = c->ring[i & c->mask].len;
+        if (n && bytes + l > c->opt.max_batch_bytes)
+            break;
+        bytes += l;
+        i++;
+        n++;
+    }
+    if (!n)
+        return 1;
+    if (c->pend_off == 0 && bytes == c->pend_len) {
+        /* The common case: take the whole buffer without copying. */
+        char *t = c->wbuf;
+        size_t tc = c->wcap;
+        c->wbuf = c->pend;
+        c->wcap = c->pend_cap;
+        c->pend = t;
+        c->pend_cap = tc;
+        c->pend_len = 0;
+    } else {
+        if (bytes > c->wcap) {
+            char *p = rcp__realloc(c->wbuf, bytes);
+            if (!p)
+                return 0;
+            c->wbuf = p;
+            c->wcap = bytes;
+        }
+        memcpy(c->wbuf, c->pend + c->pend_off, bytes);
+        c->pend_off += bytes;
+        if (c->pend_off == c->pend_len)
+            c->pend_off = c->pend_len = 0;
+    }
+    c->wlen = bytes;
+    c->woff = 0;
+    c->wslot_off = 0;
+    c->taken = i;
+    conn_stat_add(&c->st.batches, 1); /* the stat keeps its API name: one flush */
+    conn_stat_add(&c->st.commands_written, n);
+    return 1;
+}
+
+/* Loop thread: listen for data again before writing or reading. */
+static void arm(struct rcp_conn *c)
+{
+    if (!c->armed && c->fd >= 0 && rcp__loop_rearm(c->loop, c->fd, &c->src, 1) == 0)
+        c->armed = 1;
+}
+
+/* Loop thread, before the first write after a lone caller had the socket
+ * (the loop was not listening for data meanwhile). With nothing in flight,
+ * any byte already waiting answers no request: the connection cannot be
+ * trusted (our flush, not written yet, fails with RCP_ERR_NOT_SENT). A
+ * closed socket is found the same way. Returns 0 if the connection was
+ * failed. */
+static int stray_check(struct rcp_conn *c)
+{
+    char b;
+    ssize_t pk;
+    int idle;
+    pthread_mutex_lock(&c->mu);
+    idle = c->head == c->wr;
+    pthread_mutex_unlock(&c->mu);
+    if (!idle || c->fd < 0)
+        return 1;
+    pk = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (pk > 0) {
+        rcp__conn_fail(c, RCP_ERR_PROTOCOL, "protocol error: a reply arrived with no request waiting for it");
+        return 0;
+    }
+    if (pk == 0) {
+        rcp__conn_fail(c, RCP_ERR_IO, "connection closed by the server");
+        return 0;
+    }
+    return 1;
+}
+
+/* Loop thread. Write what can be written. Returns 0 if the connection
+ * failed (already handled). */
+static int do_write(struct rcp_conn *c)
+{
+    int rounds;
+    for (rounds = 0; rounds < 8; rounds++) {
+        uint64_t now = 0;
+        pthread_mutex_lock(&c->mu);
+        if (c->wlen == c->woff) {
+            if (c->state != RCP__ST_READY && c->state != RCP__ST_HANDSHAKE) {
+                pthread_mutex_unlock(&c->mu);
+                return 1;
+            }
+            if (c->opt.batch_delay_us && c->taken < c->tail && c->flush_opened_ns) {
+                now = rcp__now_ns();
+                if (now < c->flush_opened_ns + (uint64_t)c->opt.batch_delay_us * 1000) {
+                    /* Let the flush fill; the timer writes it. */
+                    c->wake_pending = 1;
+                    conn_set_timer(c, c->flush_opened_ns + (uint64_t)c->opt.batch_delay_us * 1000);
+                    pthread_mutex_unlock(&c->mu);
+                    return 1;
+                }
+            }
+            if (!take_flush(c)) {
+                pthread_mutex_unlock(&c->mu);
+                rcp__conn_fail(c, RCP_ERR_IO, "out of memory taking a flush");
+                return 0;
+            }
+            if (c->taken == c->tail) {
+                c->wake_pending = 0;
+                c->flush_opened_ns = 0;
+            }
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (c->wlen == c->woff)
+            return 1;
+        if (!c->armed && !stray_check(c))
+            return 0;
+        arm(c);
+        if (conn_write_some(c, c->wbuf, c->wlen, &c->woff) == CONN_IO_ERR) {
+            char cause[200];
+            snprintf(cause, sizeof cause, "write failed: %s", strerror(errno));
+            /* Account what was fully written before failing. */
+            pthread_mutex_lock(&c->mu);
+            while (c->wr < c->taken && c->woff >= c->wslot_off + c->ring[c->wr & c->mask].len) {
+                c->wslot_off += c->ring[c->wr & c->mask].len;
+                c->wr++;
+            }
+            pthread_mutex_unlock(&c->mu);
+            rcp__conn_fail(c, RCP_ERR_IO, cause);
+            return 0;
+        }
+        pthread_mutex_lock(&c->mu);
+        while (c->wr < c->taken && c->woff >= c->wslot_off + c->ring[c->wr & c->mask].len) {
+            if (c->head == c->wr) {
+                c->last_read_ns = rcp__now_ns(); /* the I/O timeout counts from here */
+                conn_arm_io_timer(c);
+            }
+            c->wslot_off += c->ring[c->wr & c->mask].len;
+            c->wr++;
+        }
+        if (c->woff == c->wlen)
+            c->wlen = c->woff = c->wslot_off = 0;
+        pthread_mutex_unlock(&c->mu);
+        if (c->wlen)
+            return 1; /* socket full: its writable edge calls us back */
+    }
+    /* Still more queued: come back after serving reads. */
+    pthread_mutex_lock(&c->mu);
+    c->wake_pending = 1;
+    pthread_mutex_unlock(&c->mu);
+    conn_ring_loop(c);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* reading and dispatching replies                                     */
+
+/* Loop thread. Hand parsed replies to their futures in
+ * order. Returns 0 if a reply had no request (protocol violation). */
+static int dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
+{
+    rcp_future *futs[DISPATCH_MAX];
+    size_t i, late = 0;
+    int ok = 1;
+    pthread_mutex_lock(&c->mu);
+    for (i = 0; i < n; i++) {
+        rcp__slot *s;
+        if (c->head == c->wr) {
+            ok = 0;
+            break;
+        }
+        s = &c->ring[c->head & c->mask];
+        futs[i] = s->f;
+        s->f = NULL;
+        if (!futs[i])
+            late++;
+        c->head++;
+    }
+    if (c->space_waiters)
+        pthread_cond_broadcast(&c->space_cv);
+    pthread_mutex_unlock(&c->mu);
+    conn_stat_add(&c->st.replies, i);
+    if (late)
+        conn_stat_add(&c->st.late_replies, late);
+    for (size_t k = 0; k < i; k++) {
+        if (futs[k]) {
+            futs[k]->resolve(futs[k], replies[k]);
+            rcp__reply_release(replies[k]);
+        } else {
+            rcp_reply_free(replies[k]);
+        }
+    }
+    for (size_t k = i; k < n; k++)
+        rcp_reply_free(replies[k]);
+    return ok;
+}
+
+/* Loop thread. Read until EAGAIN. Returns 0 if the connection failed. */
+static int do_read(struct rcp_conn *c)
+{
+    rcp_reply *replies[DISPATCH_MAX];
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = conn_recv_feed(c, MSG_DONTWAIT);
+        if (r > 0) {
+            void *rep;
+            c->last_read_ns = rcp__now_ns();
+            for (;;) {
+                rep = NULL;
+                if (redisReaderGetReply(c->reader, &rep) != REDIS_OK)
+                    goto protocol;
+                if (!rep)
+                    break;
+                replies[n++] = rep;
+                if (n == DISPATCH_MAX) {
+                    if (!dispatch(c, replies, n)) {
+                        n = 0;
+                        goto extra;
+                    }
+                    n = 0;
+                }
+            }
+            continue;
+        }
+        if (r == CONN_IO_BAD)
+            goto protocol;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n && !dispatch(c, replies, n))
+            goto extra;
+        if (r == 0) {
+            rcp__conn_fail(c, RCP_ERR_IO, "connection closed by the server");
+        } else {
+            char cause[200];
+            snprintf(cause, sizeof cause, "read failed: %s", strerror(errno));
+            rcp__conn_fail(c, RCP_ERR_IO, cause);
+        }
+        return 0;
+    }
+    if (n && !dispatch(c, replies, n))
+        goto extra;
+    return 1;
+protocol : {
+    char cause[200];
+    if (n && !dispatch(c, replies, n))
+        goto extra;
+    rcp__conn_fail(c, rcp__conn_reader_failure(c, cause, sizeof cause), cause);
+    return 0;
+}
+extra:
+    rcp__conn_fail(c, RCP_ERR_PROTOCOL, "protocol error: a reply arrived with no request waiting for it");
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* the connection as a loop source                                     */
+
+static void serve(struct rcp_conn *c, uint32_t events);
+
+/* The loop's entry: readiness of the socket, or 0 when notified. */
+static void conn_process(rcp__loop_src *src, uint32_t events)
+{
+    struct rcp_conn *c = conn_of_src(src);
+    pthread_mutex_lock(&c->mu);
+    if (c->fast_active) {
+        /* A lone caller owns the socket right now; it hands back. If the
+         * socket woke us for its reply, stop listening for data until we
+         * write again: a lone caller should cost the loop nothing. */
+        int fd = c->fd;
+        pthread_mutex_unlock(&c->mu);
+        if ((events & RCP__EV_READ) && c->armed && fd >= 0 && rcp__loop_rearm(c->loop, fd, &c->src, 0) == 0)
+            c->armed = 0;
+        return;
+    }
+    /* While the loop may read, no caller may take the fast path: both
+     * would read the same socket. */
+    c->loop_io = 1;
+    pthread_mutex_unlock(&c->mu);
+    serve(c, events);
+    pthread_mutex_lock(&c->mu);
+    c->loop_io = 0;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void serve(struct rcp_conn *c, uint32_t events)
+{
+    int state, need_close, code, need_read;
+    char cause[512];
+
+    pthread_mutex_lock(&c->mu);
+    state = c->state;
+    need_close = c->need_close;
+    need_read = c->need_read;
+    c->need_read = 0;
+    code = c->close_code;
+    memcpy(cause, c->close_msg, sizeof cause);
+    if (c->closing && state != RCP__ST_CLOSED) {
+        need_close = 1;
+        code = RCP_ERR_CLOSED;
+        snprintf(cause, sizeof cause, "handle closed");
+    }
+    if (!(c->wake_pending && c->flush_opened_ns))
+        c->wake_pending = 0;
+    pthread_mutex_unlock(&c->mu);
+
+    if (state == RCP__ST_CLOSED)
+        return;
+    if (need_close) {
+        rcp__conn_fail(c, code, cause);
+        return;
+    }
+    if (state == RCP__ST_DISCONNECTED)
+        return;
+    if (state == RCP__ST_CONNECTING && !rcp__conn_finish_connect(c, events))
+        return;
+    if (need_read)
+        arm(c);
+    if (events & (RCP__EV_READ | RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP) || need_read) {
+        if (!do_read(c))
+            return;
+        /* Only the loop thread changes the state: once READY there is no
+         * handshake left to finish, and no mutex round to pay per read. */
+        if ((c->hs_failed || __atomic_load_n(&c->state, __ATOMIC_RELAXED) != RCP__ST_READY) &&
+            !rcp__conn_check_handshake(c))
+            return;
+    }
+    do_write(c);
+}
+
+static uint64_t next_timer(struct rcp_conn *c)
+{
+    return atomic_load_explicit(&c->timer_at, memory_order_relaxed);
+}
+
+static uint64_t conn_next_timer(rcp__loop_src *src)
+{
+    return next_timer(conn_of_src(src));
+}
+
+/* Loop thread: deadlines, the reconnect, the connect and I/O timeouts, the
+ * end of a flush pause. Returns the next time it wants to run. */
+static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
+{
+    struct rcp_conn *c = conn_of_src(src);
+    uint64_t next = UINT64_MAX;
+    int state, fast, flush = 0, wake_flush;
+    uint64_t waiting;
+
+    atomic_store_explicit(&c->timer_at, UINT64_MAX, memory_order_relaxed);
+    expire(c, now);
+
+    pthread_mutex_lock(&c->mu);
+    state = c->state;
+    fast = c->fast_active;
+    waiting = c->wr - c->head;
+    wake_flush = c->wake_pending && c->flush_opened_ns;
+    if (c->min_deadline < next)
+        next = c->min_deadline;
+    pthread_mutex_unlock(&c->mu);
+
+    if (state == RCP__ST_CLOSED)
+        return UINT64_MAX;
+    if (state == RCP__ST_DISCONNECTED) {
+        if (c->closing)
+            return UINT64_MAX;
+        if (now >= c->reconnect_at) {
+            rcp__conn_start_connect(c);
+            return next_timer(c);
+        }
+        if (c->reconnect_at < next)
+            next = c->reconnect_at;
+    } else if (state == RCP__ST_CONNECTING || state == RCP__ST_HANDSHAKE) {
+        if (now >= c->connect_deadline && !fast) {
+            rcp__conn_fail(c, RCP_ERR_CONNECT, "connect/handshake timed out");
+            return next_timer(c);
+        }
+        if (c->connect_deadline < next)
+            next = c->connect_deadline;
+    } else if (state == RCP__ST_READY && waiting && c->opt.io_timeout_ms > 0 && !fast) {
+        uint64_t limit = c->last_read_ns + conn_ms_to_ns(c->opt.io_timeout_ms);
+        if (now >= limit) {
+            char cause[120];
+            snprintf(cause, sizeof cause, "I/O timeout: no reply byte for %d ms", c->opt.io_timeout_ms);
+            rcp__conn_fail(c, RCP_ERR_IO, cause);
+            return next_timer(c);
+        }
+        if (limit < next)
+            next = limit;
+    }
+    if (wake_flush) {
+        uint64_t due = 0;
+        pthread_mutex_lock(&c->mu);
+        if (c->wake_pending && c->flush_opened_ns) {
+            due = c->flush_opened_ns + (uint64_t)c->opt.batch_delay_us * 1000;
+            if (now >= due) {
+                c->flush_opened_ns = 0;
+                flush = 1;
+            }
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (flush)
+            conn_process(&c->src, 0);
+        else if (due && due < next)
+            next = due;
+    }
+    conn_set_timer(c, next);
+    return next_timer(c);
+}
+
+const rcp__loop_src_ops rcp__conn_src_ops = {conn_process, conn_next_timer, conn_timers};

@@ -1,0 +1,135 @@
+/* lib/connection.h: the contract between lib/ (one node's connection) and
+ * the layers above it (cluster/). Everything cluster/ may do with a
+ * connection is declared here, with who may call it and what it promises;
+ * struct rcp_conn is opaque on this side. conn_int.h (lib/ and unit tests
+ * only) includes this file and adds the fields.
+ *
+ * Threads. Three kinds of thread meet a connection:
+ *   - application threads (any number, concurrently): every operation
+ *     below unless it says otherwise;
+ *   - the connection's loop thread (an I/O thread of rcp__loop_new, or
+ *     later the application's own event loop through an adapter): futures
+ *     are resolved there, and resolve callbacks run there. On it
+ *     rcp__loop_on_thread() returns 1;
+ *   - urcu's call_rcu helper thread (frees), which MUST NOT call in here.
+ *
+ * Rules that hold for every operation:
+ *   - A future handed to a send operation is resolved exactly once iff the
+ *     operation returns RCP_OK, and never if it returns an error (libuv's
+ *     rule). Written-then-lost requests resolve with RCP_ERR_IO, never
+ *     written ones with RCP_ERR_NOT_SENT: only the latter are always safe
+ *     to resend. Resolve callbacks MUST be short and MUST NOT block: they
+ *     run on the loop thread, which serves every connection of that loop.
+ *   - The sync forms (rcp__conn_command_raw, ..._fast_only) MUST NOT be
+ *     called on a loop thread (they would wait for the loop they stop):
+ *     command_raw answers RCP_ERR_INVALID there, fast_only NULL.
+ *   - A caller that may race with rcp_conn_close of the connection MUST
+ *     hold it (rcp__conn_hold) around the call; close waits for every hold
+ *     to be released before freeing. Holds are cheap (one atomic add).
+ *   - Raw bytes are exactly one RESP command (or, for send_group, one
+ *     command per entry), formatted by the caller; they are copied before
+ *     the call returns.
+ *   - No operation here allocates per request on its common path. */
+#ifndef RCP_CONNECTION_H
+#define RCP_CONNECTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rcpipe/conn.h"
+
+typedef struct rcp__loop rcp__loop;
+struct rcp_conn;
+
+/* ---- loops ------------------------------------------------------------ */
+
+/* Creates and starts an I/O loop thread (epoll); NULL on failure. Any
+ * thread but a loop thread. */
+rcp__loop *rcp__loop_new(void);
+/* Stops and joins the loop's thread and frees it. Every connection
+ * created on it MUST have been closed first. MUST NOT be called on that
+ * loop's own thread. NULL: no-op. */
+void rcp__loop_free(rcp__loop *l);
+/* 1 if the calling thread runs a loop's callbacks (any loop): a resolve
+ * callback, an event callback. Use it to refuse blocking work there. */
+int rcp__loop_on_thread(void);
+
+/* ---- creating ---------------------------------------------------------- */
+
+enum {
+    RCP__CONN_READONLY = 1, /* send READONLY on every (re)connect */
+    RCP__CONN_ONCE = 2      /* no reconnect once a ready connection is lost: for state
+                             * that must not silently vanish (WATCH) */
+};
+
+/* Create a connection on an existing loop without waiting for it to
+ * connect (it connects on the loop's next pass). Requests sent before it
+ * is ready queue behind the handshake (AUTH, CLIENT SETNAME, READONLY);
+ * after a failed first attempt they fail fast with RCP_ERR_NOT_SENT until
+ * it reconnects. Strings in o are copied. Any thread but a loop thread.
+ * Returns RCP_OK and *out, or RCP_ERR_INVALID (bad options) /
+ * RCP_ERR_OOM with *out NULL. Close with rcp_conn_close (the loop stays:
+ * it is the caller's). */
+int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
+                     struct rcp_conn **out);
+
+/* ---- sending (async) --------------------------------------------------- */
+
+/* Queue one pre-formatted command for f. With `asking`, "ASKING" is
+ * written immediately before it, adjacent on the wire (its +OK is
+ * dropped). Any thread; on a loop thread it never blocks (a full queue is
+ * RCP_ERR_QUEUE_FULL there). Errors: RCP_ERR_CLOSED, RCP_ERR_NOT_SENT (the
+ * connection is waiting to reconnect), RCP_ERR_QUEUE_FULL,
+ * RCP_ERR_TIMEOUT (blocked for room past f's deadline), RCP_ERR_OOM. */
+int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len, int asking);
+/* Queue n pre-formatted commands in one critical section: adjacent on the
+ * wire, nothing of another caller's between them (with `asking`, ASKING
+ * first). All or nothing: RCP_OK and every f[i] resolved once, or an error
+ * and none called. More than max_inflight commands: RCP_ERR_TOO_LARGE;
+ * n == 0: RCP_ERR_INVALID. Otherwise as rcp__conn_send_raw. */
+int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
+                         const char *const *raw, const size_t *len, int asking);
+
+/* ---- sending (sync) ---------------------------------------------------- */
+
+/* Send and wait for the reply (the lone-caller fast path when not
+ * asking and the connection is idle: the caller writes and reads the
+ * socket itself). timeout_ms as a future's (0: the connection's
+ * request_timeout_ms). Returns the reply, owned by the caller (free with
+ * rcp_reply_free); never NULL: failures are error replies. MUST NOT be
+ * called on a loop thread (an RCP_ERR_INVALID reply there). */
+rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,
+                                 int timeout_ms);
+/* The sync form only if the lone-caller path is free (connected, nothing
+ * queued or in flight, no other lone caller): the reply, or NULL and
+ * nothing was sent (the caller may try another connection or queue with
+ * rcp__conn_command_raw). NULL on a loop thread. */
+rcp_reply *rcp__conn_command_fast_only(struct rcp_conn *c, const char *raw, size_t len,
+                                       int timeout_ms);
+
+/* ---- state (any thread; a snapshot, stale as soon as it returns) ------- */
+
+/* 1 if exactly one request is outstanding and a lone caller is doing its
+ * I/O (the connection is busy, but not with a flush the loop drives). */
+int rcp__conn_lone_busy(struct rcp_conn *c);
+/* 1 if connected and the handshake is done. Lock-free (one atomic load):
+ * fit for the replica choice on every request. */
+int rcp__conn_healthy(struct rcp_conn *c);
+/* "addr: why" of the connection's last failure (a refused connect, a lost
+ * connection), or "addr: no failure recorded"; always NUL-terminated,
+ * truncated to len. */
+void rcp__conn_last_error(struct rcp_conn *c, char *buf, size_t len);
+/* Requests queued or in flight (for draining before a close). */
+uint64_t rcp__conn_outstanding(struct rcp_conn *c);
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+/* Count a call in progress on c: rcp_conn_close(c) waits until every hold
+ * is released before freeing c. Take it where c is known to be alive
+ * (e.g. inside the RCU read section that found c), release it after the
+ * last use. Any thread, lock-free; MUST be paired. Holding across a wait
+ * for c's own close deadlocks. */
+void rcp__conn_hold(struct rcp_conn *c);
+void rcp__conn_release(struct rcp_conn *c);
+
+#endif
