@@ -12,7 +12,6 @@
 #include "cluster_int.h"
 #include "cmdlist.h"
 #include "format.h"
-#include "loop.h"
 #include "multi.h"
 #include "reply.h"
 #include "waiter.h"

@@ -23,7 +23,6 @@
 #include "clock.h"
 #include "cluster_int.h"
 #include "format.h"
-#include "loop.h"
 #include "reply.h"
 #include "waiter.h"
 

@@ -15,7 +15,7 @@
  *               the commands that do not fit one request on one pipeline
  *
  * The cluster layer reaches lib/ only through lib/connection.h's
- * operations (conn_int.h until that header exists). */
+ * operations; struct rcp_conn is opaque here. */
 #ifndef RCP_CLUSTER_INT_H
 #define RCP_CLUSTER_INT_H
 
@@ -23,7 +23,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "conn_int.h"
+#include "connection.h"
 #include "logic.h"
 #include "rcpipe/cluster.h"
 

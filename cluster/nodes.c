@@ -95,7 +95,7 @@ struct rcp_conn *rcp__node_pin_locked(rcp__node *n, int role)
 {
     struct rcp_conn *conn = atomic_load(&n->conn[role]);
     if (conn)
-        atomic_fetch_add(&conn->active_calls, 1);
+        rcp__conn_hold(conn);
     return conn;
 }
 
@@ -121,7 +121,7 @@ struct rcp_conn *rcp__node_pin_any(rcp__node *n)
 
 void rcp__cluster_unpin(struct rcp_conn *conn)
 {
-    atomic_fetch_sub(&conn->active_calls, 1);
+    rcp__conn_release(conn);
 }
 
 static int listed(rcp__node *const *out, size_t k, const rcp__node *n)

@@ -9,7 +9,6 @@
 
 #include "alloc.h"
 #include "cluster_int.h"
-#include "loop.h"
 #include "reply.h"
 #include "sha1.h"
 #include "waiter.h"

@@ -21,7 +21,6 @@
 #include "cluster_int.h"
 #include "cmdlist.h"
 #include "format.h"
-#include "loop.h"
 #include "reply.h"
 #include "waiter.h"
 

@@ -17,6 +17,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "conn_int.h"
+#include "options.h"
 #include "format.h"
 #include "reply.h"
 
@@ -113,22 +114,6 @@ static void conn_free(struct rcp_conn *c)
     rcp__free(c);
 }
 
-static int validate(const rcp_conn_options *o)
-{
-    if (!o || !o->host || !*o->host || o->port <= 0 || o->port > 65535)
-        return 0;
-    if (o->max_inflight < 1 || o->max_batch_commands < 1 || o->max_batch_bytes < 1)
-        return 0;
-    if (o->max_inflight > (1u << 24))
-        return 0;
-    if (o->connect_timeout_ms <= 0 || o->reconnect_min_ms < 0 ||
-        o->reconnect_max_ms < o->reconnect_min_ms)
-        return 0;
-    if (o->queue_policy != RCP_QUEUE_BLOCK && o->queue_policy != RCP_QUEUE_FAIL)
-        return 0;
-    return 1;
-}
-
 int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
                      struct rcp_conn **out)
 {
@@ -137,8 +122,11 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
     uint64_t cap = 1;
 
     *out = NULL;
-    if (!validate(o))
-        return RCP_ERR_INVALID;
+    {
+        char why[200];
+        if (rcp__conn_options_check(o, 1, why, sizeof why) != RCP_OK)
+            return RCP_ERR_INVALID;
+    }
     c = rcp__calloc(1, sizeof(*c));
     if (!c)
         return RCP_ERR_OOM;
@@ -226,10 +214,13 @@ int rcp_conn_open(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_
         return RCP_ERR_INVALID;
     }
     *out = NULL;
-    if (!validate(o)) {
-        if (errbuf)
-            snprintf(errbuf, errbuf_len, "rcp_conn_open: invalid options (NULL, host, port, caps or timeouts)");
-        return RCP_ERR_INVALID;
+    {
+        char why[200];
+        if (rcp__conn_options_check(o, 1, why, sizeof why) != RCP_OK) {
+            if (errbuf)
+                snprintf(errbuf, errbuf_len, "rcp_conn_open: %s", why);
+            return RCP_ERR_INVALID;
+        }
     }
     n = o->io_threads ? o->io_threads : 1;
     loops = rcp__calloc(n, sizeof(*loops));
@@ -435,6 +426,15 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
     }
     conn_stat_add(&c->st.requests, n);
     ring = conn_want_loop(c);
+    if (!ring && c->fast_active && deadline) {
+        /* Queued behind a lone caller, who pokes the loop when it leaves:
+         * in time, unless this deadline comes before the lone caller's
+         * own (a per-call deadline shorter than its). Then the loop must
+         * look at its timers now, or it would notice this one only when
+         * the lone caller is done. */
+        uint64_t lone = c->ring[c->fast_idx & c->mask].deadline;
+        ring = !lone || deadline < lone;
+    }
     pthread_mutex_unlock(&c->mu);
     if (ring)
         conn_ring_loop(c);

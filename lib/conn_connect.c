@@ -267,6 +267,7 @@ static void set_blocking(struct rcp_conn *c, int fd)
         fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     if (c->opt.io_timeout_ms > 0 && (ms <= 0 || c->opt.io_timeout_ms < ms))
         ms = c->opt.io_timeout_ms;
+    c->rcvtimeo_dflt_ms = c->rcvtimeo_ms = ms > 0 ? ms : 0;
     if (ms > 0) {
         tv.tv_sec = ms / 1000;
         tv.tv_usec = (ms % 1000) * 1000;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -86,6 +87,31 @@ static int fast_handback(struct rcp_conn *c)
     return 1;
 }
 
+/* The lone caller's blocking read is bounded by SO_RCVTIMEO, set at
+ * connect to the connection's request (or I/O) timeout. A request whose
+ * deadline comes sooner (a per-call deadline, the time left after a
+ * cluster retry) lowers it for as long as such requests come, and a later
+ * ordinary request puts it back: in the steady state no system call is
+ * added. */
+static void fast_rcvtimeo(struct rcp_conn *c, uint64_t deadline)
+{
+    int want = c->rcvtimeo_dflt_ms;
+    struct timeval tv;
+    if (deadline) {
+        uint64_t now = rcp__now_ns();
+        uint64_t left = deadline > now ? (deadline - now + 999999) / 1000000 : 1;
+        if (want == 0 || left < (uint64_t)want)
+            want = (int)left;
+    }
+    if (want == c->rcvtimeo_ms ||
+        (c->rcvtimeo_ms && want > c->rcvtimeo_ms && want < 2 * c->rcvtimeo_ms))
+        return;
+    tv.tv_sec = want / 1000;
+    tv.tv_usec = (want % 1000) * 1000;
+    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0)
+        c->rcvtimeo_ms = want;
+}
+
 /* The lone-caller path. Returns a reply, or NULL if the request was handed
  * to the loop (then wait on s). Entered with the slot queued at index idx,
  * c->wr == c->taken == idx + 1 (we write it ourselves), fast_active set. */
@@ -130,6 +156,7 @@ static rcp_reply *fast_io(struct rcp_conn *c, uint64_t idx, const char *buf,
     }
     conn_stat_add(&c->st.batches, 1);
     conn_stat_add(&c->st.commands_written, 1);
+    fast_rcvtimeo(c, deadline);
 
     for (;;) {
         ssize_t r;

@@ -83,6 +83,9 @@ struct rcp_conn {
     size_t pend_len, pend_off, pend_cap;
     int state;
     int fd;
+    int rcvtimeo_ms;      /* the socket's SO_RCVTIMEO now (0: none); owned by whoever owns the
+                           * socket's I/O */
+    int rcvtimeo_dflt_ms; /* what set_blocking gave it: min(request, io timeout) */
     int fast_active;      /* a lone caller owns the socket's I/O */
     uint64_t fast_idx;    /* its slot: the loop never expires it */
     int loop_io;          /* the loop is inside process: no fast path */

@@ -108,6 +108,27 @@ static void use_reply(rcp_reply *r, unsigned nth)
     }
 }
 
+/* 1 if some "*N" in the bytes announces an array hiredis's own reader
+ * would allocate beyond the fuzz cap (it allocates the whole announced
+ * array up front and walks it on free, which ours no longer does): the
+ * comparison with it is skipped for such an input. A '*' inside a bulk
+ * string may skip a comparison needlessly; that is all. */
+static int announces_huge_array(const uint8_t *p, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        unsigned long long v = 0;
+        size_t j = i + 1;
+        if (p[i] != '*')
+            continue;
+        while (j < n && p[j] >= '0' && p[j] <= '9' && v <= FUZZ_ALLOC_CAP)
+            v = v * 10 + (unsigned)(p[j++] - '0');
+        if (v > FUZZ_ALLOC_CAP / sizeof(void *))
+            return 1;
+    }
+    return 0;
+}
+
 /* Chunk sizes: mode 0 everything at once, 1 byte by byte, else an LCG. */
 static size_t next_chunk(unsigned mode, unsigned *state, size_t left)
 {
@@ -134,6 +155,7 @@ int rcp_fuzz_reply(const uint8_t *data, size_t size)
     rcp_fuzz_alloc_refused();
     mode = data[0] & 7;
     state = data[0];
+    compare = !announces_huge_array(data + 1, size - 1);
     ours = rcp__reader_new();
     theirs = redisReaderCreate();
     FUZZ_CHECK(ours && theirs);

@@ -2,7 +2,8 @@
  * never answers. Requests to it fail at their deadline (RCP_ERR_TIMEOUT),
  * the timeouts make the client look at the topology again (a forced
  * refresh), and requests to the other node go on being answered while the
- * hung node's are still waiting. Close ends whatever is stuck at once. */
+ * hung node's are still waiting. A full queue with RCP_QUEUE_FAIL is
+ * refused at once, and a sync call's own deadline is honoured. */
 #include <check.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -122,6 +123,79 @@ START_TEST(hung_conn_io_timeout)
 }
 END_TEST
 
+/* The cluster send contract is the connection's: with RCP_QUEUE_FAIL, a
+ * send that finds the node's queue full returns RCP_ERR_QUEUE_FULL and its
+ * future is never called; the requests accepted before are resolved once
+ * (at their deadline). A sync call's own deadline ends it well before the
+ * handle's request timeout. */
+START_TEST(queue_full_returned_and_call_deadline)
+{
+    sim_node *n[2];
+    rcp_cluster_options o;
+    rcp_conn_options no;
+    rcp_cluster *cl;
+    sim_fut held[4], refused;
+    rcp_reply *r;
+    char a0[64];
+    uint64_t t0, took_ms;
+
+    ck_assert_int_eq(sim_start(n, 2), 0);
+    for (int i = 0; i < 2; i++)
+        sim_loadf(n[i], "%son CLUSTER SLOTS => slots 0-8191=$P0 8192-16383=$P1\n", sim_prelude);
+    sim_cluster_options(&o, &no, sim_addr(n[0], a0, sizeof a0));
+    no.max_inflight = 4;
+    no.queue_policy = RCP_QUEUE_FAIL;
+    no.request_timeout_ms = sim_scale(3000);
+    no.io_timeout_ms = 0;
+    cl = sim_open(&o);
+    sim_loadf(n[0], "on ** => hang\n");
+    ck_assert_int_eq(sim_wait(n[0], sim_scale(2000)), 0);
+
+    for (int i = 0; i < 4; i++) {
+        sim_fut_init(&held[i], sim_scale(1000));
+        ck_assert_int_eq(rcp_cluster_send(cl, &held[i].f, "GET %s", HUNG_KEY), RCP_OK);
+    }
+    sim_fut_init(&refused, sim_scale(1000));
+    ck_assert_int_eq(rcp_cluster_send(cl, &refused.f, "GET %s", HUNG_KEY), RCP_ERR_QUEUE_FULL);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(sim_fut_wait(&held[i], sim_scale(10000)), 0);
+        ck_assert_int_eq(held[i].err, RCP_ERR_TIMEOUT);
+    }
+
+    /* A sync call with 200 ms of its own, on the other node, hung now too
+     * (the first one's queue stays full: its timed-out requests still
+     * wait for replies that never come): a timeout long before the
+     * handle's 3 s. */
+    sim_loadf(n[1], "on ** => hang\n");
+    ck_assert_int_eq(sim_wait(n[1], sim_scale(2000)), 0);
+    t0 = sim_now_ns();
+    r = rcp_cluster_command_timeout(cl, sim_scale(200), "GET %s", LIVE_KEY);
+    took_ms = (sim_now_ns() - t0) / 1000000ull;
+    ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_TIMEOUT, "err %d %s", r->err,
+                  r->str ? r->str : "");
+    rcp_reply_free(r);
+    ck_assert_msg(took_ms < (uint64_t)sim_scale(3000) / 2,
+                  "the call's 200 ms deadline was not used: it took %llu ms",
+                  (unsigned long long)took_ms);
+    {
+        const char *argv[] = {"GET", LIVE_KEY};
+        r = rcp_cluster_command_argv_timeout(cl, sim_scale(200), 2, argv, NULL);
+        ck_assert_int_eq(r->err, RCP_ERR_TIMEOUT);
+        rcp_reply_free(r);
+    }
+    rcp_cluster_close(cl);
+    pthread_mutex_lock(&refused.mu);
+    ck_assert_int_eq(refused.calls, 0);
+    pthread_mutex_unlock(&refused.mu);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(held[i].calls, 1);
+        sim_fut_destroy(&held[i]);
+    }
+    sim_fut_destroy(&refused);
+    sim_free_all(n, 2);
+}
+END_TEST
+
 /* Close returns promptly whatever the nodes do: a refresh stuck on nodes
  * that never answer CLUSTER SLOTS, requests stuck on a hung node, a
  * blocking command waiting: all are ended by close, not waited out. */
@@ -180,10 +254,56 @@ START_TEST(close_is_prompt_with_hung_nodes)
 }
 END_TEST
 
+/* A request queued behind a lone caller (a sync call doing its own I/O on
+ * an idle connection) whose deadline comes before the lone caller's: it
+ * times out at its own deadline, not when the lone caller gives up. */
+static void *lone_caller(void *arg)
+{
+    rcp_reply *r = rcp_conn_command((rcp_conn *)arg, "GET lone");
+    rcp_reply_free(r);
+    return NULL;
+}
+
+START_TEST(short_deadline_behind_lone_caller)
+{
+    sim_node *n = sim_new(NULL);
+    rcp_conn_options o;
+    rcp_conn *c = NULL;
+    pthread_t th;
+    sim_fut f;
+    char err[512] = "";
+    uint64_t t0, took_ms;
+    ck_assert_ptr_nonnull(n);
+    sim_loadf(n, "on ** => hang\n");
+    rcp_conn_options_init(&o);
+    o.port = sim_port(n);
+    o.request_timeout_ms = sim_scale(6000);
+    o.io_timeout_ms = 0;
+    ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "%s", err);
+    ck_assert_int_eq(pthread_create(&th, NULL, lone_caller, c), 0);
+    ck_assert_uint_eq(sim_wait_count(n, "GET lone", 1, sim_scale(2000)), 1);
+    sim_fut_init(&f, sim_scale(200));
+    t0 = sim_now_ns();
+    ck_assert_int_eq(rcp_conn_send(c, &f.f, "GET short"), RCP_OK);
+    ck_assert_int_eq(sim_fut_wait(&f, sim_scale(10000)), 0);
+    took_ms = (sim_now_ns() - t0) / 1000000ull;
+    ck_assert_int_eq(f.err, RCP_ERR_TIMEOUT);
+    ck_assert_msg(took_ms < (uint64_t)sim_scale(1000),
+                  "timed out after %llu ms: when the lone caller gave up, not at its own deadline",
+                  (unsigned long long)took_ms);
+    pthread_join(th, NULL);
+    rcp_conn_close(c);
+    sim_fut_destroy(&f);
+    sim_free(n);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("hung");
+    tcase_add_test(tc, short_deadline_behind_lone_caller);
     tcase_add_test(tc, close_is_prompt_with_hung_nodes);
+    tcase_add_test(tc, queue_full_returned_and_call_deadline);
     tcase_add_test(tc, hung_node);
     tcase_add_test(tc, hung_conn_io_timeout);
     return sim_run("sim-hung", tc);

@@ -56,6 +56,25 @@ START_TEST(out_of_range_options_refused)
     refuse(&o, RCP_ERR_INVALID, "read_policy", NULL);
     sim_cluster_options(&o, &no, NULL);
     refuse(&o, RCP_ERR_INVALID, "seeds", NULL);
+    /* The single-node handle: the same check, with host and port. */
+    {
+        rcp_conn_options co;
+        rcp_conn *c = (rcp_conn *)1;
+        char err[300];
+        rcp_conn_options_init(&co);
+        co.max_inflight = 0;
+        ck_assert_int_eq(rcp_conn_open(&co, &c, err, sizeof err), RCP_ERR_INVALID);
+        ck_assert_ptr_null(c);
+        ck_assert_msg(strstr(err, "max_inflight 0") && strstr(err, "range"), "%s", err);
+        rcp_conn_options_init(&co);
+        co.port = 70000;
+        ck_assert_int_eq(rcp_conn_open(&co, &c, err, sizeof err), RCP_ERR_INVALID);
+        ck_assert_msg(strstr(err, "port 70000"), "%s", err);
+        rcp_conn_options_init(&co);
+        co.host = "";
+        ck_assert_int_eq(rcp_conn_open(&co, &c, err, sizeof err), RCP_ERR_INVALID);
+        ck_assert_msg(strstr(err, "host"), "%s", err);
+    }
 }
 END_TEST
 
