@@ -34,22 +34,23 @@ START_TEST(hung_node)
     sim_cluster_options(&o, &no, sim_addr(n[0], a0, sizeof a0));
     cl = sim_open(&o);
     sim_loadf(n[0], "on ** => hang\n");
-    ck_assert_int_eq(sim_wait(n[0], sim_scale(2000)), 0);
+    ck_assert_int_eq(sim_wait(n[0], rcptest_scale(2000)), 0);
 
     /* A short deadline fires. */
-    sim_fut_init(&quick, sim_scale(200));
+    sim_fut_init(&quick, rcptest_scale(200));
     ck_assert_int_eq(rcp_cluster_send(cl, &quick.f, "GET %s", HUNG_KEY), RCP_OK);
-    ck_assert_int_eq(sim_fut_wait(&quick, sim_scale(5000)), 0);
+    ck_assert_int_eq(sim_fut_wait(&quick, rcptest_scale(5000)), 0);
     ck_assert_int_eq(quick.err, RCP_ERR_TIMEOUT);
     ck_assert_uint_ge(sim_count(n[0], "GET " HUNG_KEY), 1);
 
     /* The timeout counts as node trouble: a forced refresh. */
-    ck_assert_uint_ge(sim_wait_stat(cl, offsetof(rcp_cluster_stats, refreshes_forced), 1, sim_scale(3000)),
+    ck_assert_uint_ge(sim_wait_stat(cl, offsetof(rcp_cluster_stats, refreshes_forced), 1,
+                                    rcptest_scale(3000)),
                       1);
 
     /* Requests stuck on the hung node do not hold up the live one. */
     for (int i = 0; i < WAITING; i++) {
-        sim_fut_init(&slow[i], sim_scale(2000));
+        sim_fut_init(&slow[i], rcptest_scale(2000));
         ck_assert_int_eq(rcp_cluster_send(cl, &slow[i].f, "GET %s", HUNG_KEY), RCP_OK);
     }
     for (int i = 0; i < LIVE; i++) {
@@ -66,7 +67,7 @@ START_TEST(hung_node)
     ck_assert_msg(done_early == 0, "%d requests to the hung node were resolved before their deadline",
                   done_early);
     for (int i = 0; i < WAITING; i++) {
-        ck_assert_int_eq(sim_fut_wait(&slow[i], sim_scale(10000)), 0);
+        ck_assert_int_eq(sim_fut_wait(&slow[i], rcptest_scale(10000)), 0);
         ck_assert_msg(slow[i].err == RCP_ERR_TIMEOUT || slow[i].err == RCP_ERR_IO, "err %d %s",
                       slow[i].err, slow[i].str);
     }
@@ -97,25 +98,25 @@ START_TEST(hung_conn_io_timeout)
     sim_loadf(n, "on ** => hang\n");
     rcp_conn_options_init(&o);
     o.port = sim_port(n);
-    o.request_timeout_ms = sim_scale(200);
-    o.io_timeout_ms = sim_scale(400);
+    o.request_timeout_ms = rcptest_scale(200);
+    o.io_timeout_ms = rcptest_scale(400);
     o.reconnect_min_ms = 5;
     ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "%s", err);
     r = rcp_conn_command(c, "GET x");
     ck_assert_int_eq(r->err, RCP_ERR_TIMEOUT);
     rcp_reply_free(r);
-    until = sim_now_ns() + (uint64_t)sim_scale(5000) * 1000000ull;
+    until = rcptest_now_ns() + (uint64_t)rcptest_scale(5000) * 1000000ull;
     do {
         ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
         if (st.disconnects >= 1)
             break;
-        sim_sleep_ms(5);
-    } while (sim_now_ns() < until);
+        rcptest_sleep_ms(5);
+    } while (rcptest_now_ns() < until);
     ck_assert_uint_ge(st.disconnects, 1);
     ck_assert_uint_ge(st.timeouts, 1);
-    until = sim_now_ns() + (uint64_t)sim_scale(2000) * 1000000ull;
-    while (sim_conns_closed_by_peer(n) < 1 && sim_now_ns() < until)
-        sim_sleep_ms(2); /* the node sees the close a moment later */
+    until = rcptest_now_ns() + (uint64_t)rcptest_scale(2000) * 1000000ull;
+    while (sim_conns_closed_by_peer(n) < 1 && rcptest_now_ns() < until)
+        rcptest_sleep_ms(2); /* the node sees the close a moment later */
     ck_assert_int_ge(sim_conns_closed_by_peer(n), 1);
     rcp_conn_close(c);
     sim_free(n);
@@ -125,7 +126,6 @@ END_TEST
 int main(void)
 {
     TCase *tc = tcase_create("hung");
-    tcase_add_test(tc, hung_node);
-    tcase_add_test(tc, hung_conn_io_timeout);
+    RCPTEST_ADD(tc, hung_node, hung_conn_io_timeout);
     return sim_run("sim-hung", tc);
 }
