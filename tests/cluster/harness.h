@@ -1,7 +1,8 @@
 /* harness.h: a real local Redis Cluster for the cluster tests, driven
  * through the project's own tests/scripts/cluster.sh, plus a side channel
  * (hiredis, one short connection per question) to ask nodes what they
- * think, and helpers the test programs share.
+ * think, and helpers the test programs share (those every test layer
+ * shares are in tests/common/common.h).
  *
  * The cluster's nodes run in their own session (see cluster.sh), so a test
  * runner killing its process group does not leave them half-dead; they are

@@ -23,7 +23,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,8 +118,8 @@ int rcpt_init(char *err, size_t errlen)
             return -1;
         snprintf(server_path, sizeof server_path, "%s", env);
     } else if (find_in_path("redis-server", server_path, sizeof server_path) != 0) {
-        rcptest_fmt_err(err, errlen,
-                "redis-server not found: RCP_REDIS_SERVER is unset and there is no redis-server in PATH");
+        rcptest_fmt_err(err, errlen, "redis-server not found: RCP_REDIS_SERVER is unset and "
+                                     "there is no redis-server in PATH");
         return -1;
     }
     if (rcptest_mkdtemp("rcpit", base_dir, sizeof base_dir, err, errlen) != 0)

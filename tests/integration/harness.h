@@ -1,5 +1,6 @@
 /* harness.h: start, signal and stop real redis-server processes for the
- * integration tests, plus small helpers the test programs share.
+ * integration tests, plus small helpers the test programs share (those
+ * every test layer shares are in tests/common/common.h).
  *
  * Every server runs on 127.0.0.1 in its own temporary directory (under one
  * per-program base directory) with persistence off. Signals only ever go to
