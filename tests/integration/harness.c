@@ -652,6 +652,32 @@ void rcpt_teardown(rcpt_server *s, rcp_conn **conn)
     rcpt_server_stop(s);
 }
 
+const char *const rcpt_debug_args[] = {"--enable-debug-command", "yes", NULL};
+
+static struct {
+    rcpt_server *srv;
+    rcp_conn **conn;
+    const char *const *args;
+} fixture;
+
+static void fixture_setup(void)
+{
+    rcpt_server_start_ok(fixture.srv, fixture.args);
+}
+
+static void fixture_teardown(void)
+{
+    rcpt_teardown(fixture.srv, fixture.conn);
+}
+
+void rcpt_fixture(TCase *tc, rcpt_server *s, rcp_conn **c, const char *const *extra_args)
+{
+    fixture.srv = s;
+    fixture.conn = c;
+    fixture.args = extra_args;
+    tcase_add_checked_fixture(tc, fixture_setup, fixture_teardown);
+}
+
 int rcpt_main(Suite *(*make_suite)(void))
 {
     char err[512];

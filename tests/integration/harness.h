@@ -92,6 +92,17 @@ rcp_conn *rcpt_conn_open_ok(const rcp_conn_options *o);
  * closes *conn (NULL is fine) and sets it to NULL, stops the server. */
 void rcpt_teardown(rcpt_server *s, rcp_conn **conn);
 
+/* Extra server arguments that enable the DEBUG command: DEBUG SLEEP makes
+ * a server slow on purpose. */
+extern const char *const rcpt_debug_args[];
+
+/* The checked fixture of a test case whose tests share one server and one
+ * connection: setup starts *s with extra_args (NULL, or a NULL-terminated
+ * array that stays valid, e.g. static), teardown is rcpt_teardown(s, c).
+ * Call it while building the suite: the test children check forks inherit
+ * the pointers. One such fixture per program. */
+void rcpt_fixture(TCase *tc, rcpt_server *s, rcp_conn **c, const char *const *extra_args);
+
 /* main() of an integration test program: rcpt_init, then runs the suite
  * make_suite builds. Returns the exit status. */
 int rcpt_main(Suite *(*make_suite)(void));

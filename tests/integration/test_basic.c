@@ -23,16 +23,6 @@ static void open_conn(int fast_path)
     ck_assert_ptr_nonnull(conn);
 }
 
-static void setup(void)
-{
-    rcpt_server_start_ok(&srv, NULL);
-}
-
-static void teardown(void)
-{
-    rcpt_teardown(&srv, &conn);
-}
-
 static void check_basic_commands(void)
 {
     char d[256];
@@ -323,7 +313,7 @@ static Suite *basic_suite(void)
     Suite *s = suite_create("integration-basic");
     TCase *tc = rcptest_tcase(s, "basic", rcptest_scale(60));
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    rcpt_fixture(tc, &srv, &conn, NULL);
     RCPTEST_ADD(tc, test_basic_fast_path, test_basic_no_fast_path, test_sequential_echo,
                 test_stats_count, test_open_refused, test_defaults, test_options_copied);
     return s;

@@ -27,10 +27,8 @@ static void on_event(const rcp_event *ev, void *data)
 
 static void setup(void)
 {
-    static const char *const args[] = {"--enable-debug-command", "yes", NULL};
-
     atomic_store(&ev_closed, 0);
-    rcpt_server_start_ok(&srv, args);
+    rcpt_server_start_ok(&srv, rcpt_debug_args);
 }
 
 static void teardown(void)

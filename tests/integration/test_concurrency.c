@@ -18,16 +18,6 @@
 static rcpt_server srv;
 static rcp_conn *conn;
 
-static void setup(void)
-{
-    rcpt_server_start_ok(&srv, NULL);
-}
-
-static void teardown(void)
-{
-    rcpt_teardown(&srv, &conn);
-}
-
 static void open_conn(unsigned max_batch_commands, unsigned max_inflight, unsigned batch_delay_us)
 {
     rcp_conn_options o;
@@ -452,7 +442,7 @@ static Suite *concurrency_suite(void)
     Suite *s = suite_create("integration-concurrency");
     TCase *tc = rcptest_tcase(s, "shared-handle", rcptest_scale(90));
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    rcpt_fixture(tc, &srv, &conn, NULL);
     RCPTEST_ADD(tc, test_sync_default_caps, test_sync_small_caps, test_sync_batch_delay,
                 test_async_default_caps, test_async_small_caps, test_mixed_sync_async);
     return s;

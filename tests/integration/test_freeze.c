@@ -21,16 +21,6 @@
 static rcpt_server srv;
 static rcp_conn *conn;
 
-static void setup(void)
-{
-    rcpt_server_start_ok(&srv, NULL);
-}
-
-static void teardown(void)
-{
-    rcpt_teardown(&srv, &conn);
-}
-
 static void open_conn(int policy)
 {
     rcp_conn_options o;
@@ -343,7 +333,7 @@ static Suite *freeze_suite(void)
     Suite *s = suite_create("integration-freeze");
     TCase *tc = rcptest_tcase(s, "sigstop", rcptest_scale(90));
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    rcpt_fixture(tc, &srv, &conn, NULL);
     RCPTEST_ADD(tc, test_freeze_flood_and_timeouts, test_freeze_block_policy_bounded,
                 test_freeze_sync_threads);
     return s;

@@ -56,18 +56,6 @@ static void on_event(const rcp_event *ev, void *data)
 
 static int magic = 4242;
 
-static void setup(void)
-{
-    static const char *const args[] = {"--enable-debug-command", "yes", NULL};
-
-    rcpt_server_start_ok(&srv, args);
-}
-
-static void teardown(void)
-{
-    rcpt_teardown(&srv, &conn);
-}
-
 static void open_conn(int fast_path)
 {
     rcp_conn_options o;
@@ -425,7 +413,7 @@ static Suite *reconnect_suite(void)
     Suite *s = suite_create("integration-reconnect");
     TCase *tc = rcptest_tcase(s, "kill-restart", rcptest_scale(90));
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    rcpt_fixture(tc, &srv, &conn, rcpt_debug_args);
     RCPTEST_ADD(tc, test_kill_restart_under_load, test_kill_restart_under_load_no_fast_path,
                 test_kill_with_async_in_flight);
     return s;

@@ -17,10 +17,9 @@ static rcp_conn *conn;
 
 static void setup(void)
 {
-    static const char *const args[] = {"--enable-debug-command", "yes", NULL};
     rcp_conn_options o;
 
-    rcpt_server_start_ok(&srv, args);
+    rcpt_server_start_ok(&srv, rcpt_debug_args);
     rcpt_options(&o, &srv);
     o.request_timeout_ms = 10000;
     conn = rcpt_conn_open_ok(&o);

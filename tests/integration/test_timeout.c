@@ -14,18 +14,6 @@
 static rcpt_server srv;
 static rcp_conn *conn;
 
-static void setup(void)
-{
-    static const char *const args[] = {"--enable-debug-command", "yes", NULL};
-
-    rcpt_server_start_ok(&srv, args);
-}
-
-static void teardown(void)
-{
-    rcpt_teardown(&srv, &conn);
-}
-
 static void open_conn(int request_timeout_ms, int fast_path)
 {
     rcp_conn_options o;
@@ -243,7 +231,7 @@ static Suite *timeout_suite(void)
     Suite *s = suite_create("integration-timeout");
     TCase *tc = rcptest_tcase(s, "request-timeout", rcptest_scale(60));
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    rcpt_fixture(tc, &srv, &conn, rcpt_debug_args);
     RCPTEST_ADD(tc, test_future_timeout_async, test_sync_timeout_fast_path,
                 test_sync_timeout_no_fast_path, test_future_no_deadline,
                 test_many_timeouts_then_ordered);
