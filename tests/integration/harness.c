@@ -688,3 +688,19 @@ int rcpt_main(Suite *(*make_suite)(void))
     }
     return rcptest_run(make_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int rcpt_main_case(const char *name, const char *tcase_name, int timeout_s,
+                   void (*add)(TCase *tc))
+{
+    char err[512], suite[128];
+    Suite *s;
+
+    if (rcpt_init(err, sizeof err) != 0) {
+        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
+        return EXIT_FAILURE;
+    }
+    snprintf(suite, sizeof suite, "integration-%s", name);
+    s = suite_create(suite);
+    add(rcptest_tcase(s, tcase_name, rcptest_scale(timeout_s)));
+    return rcptest_run(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

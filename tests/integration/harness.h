@@ -106,5 +106,10 @@ void rcpt_fixture(TCase *tc, rcpt_server *s, rcp_conn **c, const char *const *ex
 /* main() of an integration test program: rcpt_init, then runs the suite
  * make_suite builds. Returns the exit status. */
 int rcpt_main(Suite *(*make_suite)(void));
+/* The same for a program with one test case: suite "integration-NAME"
+ * holding case tcase_name (timeout_s, scaled), whose fixture and tests
+ * add() registers. */
+int rcpt_main_case(const char *name, const char *tcase_name, int timeout_s,
+                   void (*add)(TCase *tc));
 
 #endif

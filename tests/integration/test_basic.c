@@ -308,18 +308,14 @@ START_TEST(test_options_copied)
 }
 END_TEST
 
-static Suite *basic_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-basic");
-    TCase *tc = rcptest_tcase(s, "basic", rcptest_scale(60));
-
     rcpt_fixture(tc, &srv, &conn, NULL);
     RCPTEST_ADD(tc, test_basic_fast_path, test_basic_no_fast_path, test_sequential_echo,
                 test_stats_count, test_open_refused, test_defaults, test_options_copied);
-    return s;
 }
 
 int main(void)
 {
-    return rcpt_main(basic_suite);
+    return rcpt_main_case("basic", "basic", 60, add_tests);
 }

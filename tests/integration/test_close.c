@@ -330,19 +330,15 @@ START_TEST(test_close_idle)
 }
 END_TEST
 
-static Suite *close_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-close");
-    TCase *tc = rcptest_tcase(s, "close-in-flight", rcptest_scale(60));
-
     tcase_add_checked_fixture(tc, setup, teardown);
     RCPTEST_ADD(tc, test_close_with_slow_request_in_flight, test_close_many_in_flight,
                 test_close_on_frozen_server, test_close_while_reconnecting,
                 test_close_with_sync_callers_waiting, test_close_idle);
-    return s;
 }
 
 int main(void)
 {
-    return rcpt_main(close_suite);
+    return rcpt_main_case("close", "close-in-flight", 60, add_tests);
 }

@@ -437,18 +437,14 @@ START_TEST(test_mixed_sync_async)
 }
 END_TEST
 
-static Suite *concurrency_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-concurrency");
-    TCase *tc = rcptest_tcase(s, "shared-handle", rcptest_scale(90));
-
     rcpt_fixture(tc, &srv, &conn, NULL);
     RCPTEST_ADD(tc, test_sync_default_caps, test_sync_small_caps, test_sync_batch_delay,
                 test_async_default_caps, test_async_small_caps, test_mixed_sync_async);
-    return s;
 }
 
 int main(void)
 {
-    return rcpt_main(concurrency_suite);
+    return rcpt_main_case("concurrency", "shared-handle", 90, add_tests);
 }

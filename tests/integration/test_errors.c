@@ -415,19 +415,15 @@ START_TEST(test_strerror)
 }
 END_TEST
 
-static Suite *errors_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-errors");
-    TCase *tc = rcptest_tcase(s, "caller-errors", rcptest_scale(60));
-
     tcase_add_checked_fixture(tc, setup, teardown);
     RCPTEST_ADD(tc, test_invalid_arguments, test_blocking_commands, test_nonblocking_lookalikes,
                 test_xread_stream_named_block, test_state_changing_commands, test_too_large,
                 test_strerror);
-    return s;
 }
 
 int main(void)
 {
-    return rcpt_main(errors_suite);
+    return rcpt_main_case("errors", "caller-errors", 60, add_tests);
 }

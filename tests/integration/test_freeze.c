@@ -328,18 +328,14 @@ START_TEST(test_freeze_sync_threads)
 }
 END_TEST
 
-static Suite *freeze_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-freeze");
-    TCase *tc = rcptest_tcase(s, "sigstop", rcptest_scale(90));
-
     rcpt_fixture(tc, &srv, &conn, NULL);
     RCPTEST_ADD(tc, test_freeze_flood_and_timeouts, test_freeze_block_policy_bounded,
                 test_freeze_sync_threads);
-    return s;
 }
 
 int main(void)
 {
-    return rcpt_main(freeze_suite);
+    return rcpt_main_case("freeze", "sigstop", 90, add_tests);
 }

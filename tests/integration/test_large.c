@@ -306,18 +306,14 @@ START_TEST(test_big_among_small)
 }
 END_TEST
 
-static Suite *large_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-large");
-    TCase *tc = rcptest_tcase(s, "large-binary", rcptest_scale(60));
-
     tcase_add_checked_fixture(tc, setup, teardown);
     RCPTEST_ADD(tc, test_big_value_argv, test_big_value_format, test_binary_keys, test_empty_value,
                 test_big_among_small);
-    return s;
 }
 
 int main(void)
 {
-    return rcpt_main(large_suite);
+    return rcpt_main_case("large", "large-binary", 60, add_tests);
 }

@@ -408,18 +408,14 @@ START_TEST(test_kill_with_async_in_flight)
 }
 END_TEST
 
-static Suite *reconnect_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-reconnect");
-    TCase *tc = rcptest_tcase(s, "kill-restart", rcptest_scale(90));
-
     rcpt_fixture(tc, &srv, &conn, rcpt_debug_args);
     RCPTEST_ADD(tc, test_kill_restart_under_load, test_kill_restart_under_load_no_fast_path,
                 test_kill_with_async_in_flight);
-    return s;
 }
 
 int main(void)
 {
-    return rcpt_main(reconnect_suite);
+    return rcpt_main_case("reconnect", "kill-restart", 90, add_tests);
 }

@@ -329,19 +329,15 @@ START_TEST(test_dup_in_callback)
 }
 END_TEST
 
-static Suite *reply_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-reply");
-    TCase *tc = rcptest_tcase(s, "ownership", rcptest_scale(60));
-
     tcase_add_checked_fixture(tc, setup, teardown);
     RCPTEST_ADD(tc, test_keep_string, test_keep_array, test_keep_server_error,
                 test_keep_client_error, test_keep_many, test_dup_nested,
                 test_dup_scalars_and_client_error, test_dup_in_callback);
-    return s;
 }
 
 int main(void)
 {
-    return rcpt_main(reply_suite);
+    return rcpt_main_case("reply", "ownership", 60, add_tests);
 }

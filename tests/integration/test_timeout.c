@@ -226,19 +226,15 @@ START_TEST(test_many_timeouts_then_ordered)
 }
 END_TEST
 
-static Suite *timeout_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-timeout");
-    TCase *tc = rcptest_tcase(s, "request-timeout", rcptest_scale(60));
-
     rcpt_fixture(tc, &srv, &conn, rcpt_debug_args);
     RCPTEST_ADD(tc, test_future_timeout_async, test_sync_timeout_fast_path,
                 test_sync_timeout_no_fast_path, test_future_no_deadline,
                 test_many_timeouts_then_ordered);
-    return s;
 }
 
 int main(void)
 {
-    return rcpt_main(timeout_suite);
+    return rcpt_main_case("timeout", "request-timeout", 60, add_tests);
 }
