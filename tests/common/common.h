@@ -1,11 +1,13 @@
 /* common.h: helpers every test layer shares (the integration harness, the
- * cluster harness, the fake node of the sim tests and their programs).
+ * cluster harness, the fake node of the sim tests, the chaos soak and the
+ * test programs).
  *
  * Only what is the same logic everywhere lives here: time, sanitizer
- * detection and the timeouts scaled for it, test selection, error text,
- * temporary directories, the child side of a fork/exec, and reply
- * descriptions for assertion messages. Each harness keeps what is its own
- * (servers, clusters, fake nodes). Nothing here uses rcpipe's allocator
+ * detection and the timeouts scaled for it, test selection and
+ * registration, the check runner, error text, temporary directories, the
+ * child side of a fork/exec, cluster options, and reply descriptions for
+ * assertion messages. Each harness keeps what is its own (servers,
+ * clusters, fake nodes); the unit tests use it too. Nothing here uses rcpipe's allocator
  * hooks (plain malloc, or none): a test run with a failing allocator
  * installed fails the library, not the harness. */
 #ifndef RCPTEST_COMMON_H
