@@ -149,7 +149,7 @@ static struct {
     int seconds;
     int chaos;
     int node_timeout;
-    int64_t t_start;        /* rcpc_now_ms at start */
+    int64_t t_start;        /* rcptest_now_ms at start */
     int64_t wait_bound_ms;  /* how long a thread waits for its burst */
     atomic_int stop;
     struct worker *w[MAX_THREADS];
@@ -253,7 +253,7 @@ static long rss_kb(void)
 
 static int64_t now_rel(void)
 {
-    return rcpc_now_ms() - g.t_start;
+    return rcptest_now_ms() - g.t_start;
 }
 
 static uint32_t rnd32(uint64_t *s)
@@ -269,7 +269,7 @@ static uint32_t rnd32(uint64_t *s)
 
 static uint64_t main_rnd;
 
-static void logf_(const char *fmt, ...) RCPC_PRINTF(1, 2);
+static void logf_(const char *fmt, ...) RCPTEST_PRINTF(1, 2);
 
 static void logf_(const char *fmt, ...)
 {
@@ -444,7 +444,7 @@ static void do_sync(struct worker *w)
     rcp_reply *r;
 
     next_op(w, &kind, &idx, key, val, sizeof key, argv);
-    atomic_store(&w->sync_started_ms, rcpc_now_ms());
+    atomic_store(&w->sync_started_ms, rcptest_now_ms());
     atomic_store(&w->in_sync, 1);
     atomic_fetch_add(&g.sync_calls, 1);
     r = rcp_cluster_command_argv(g.h, 3, argv, NULL);
@@ -471,7 +471,7 @@ static void do_burst(struct worker *w, int n)
         a->f.resolve = aop_resolve;
         a->f.data = w;
         next_op(w, &a->kind, &a->idx, key, val, sizeof key, argv);
-        a->sent_ms = rcpc_now_ms();
+        a->sent_ms = rcptest_now_ms();
         pthread_mutex_lock(&b->m);
         b->pending++;
         pthread_mutex_unlock(&b->m);
@@ -615,7 +615,7 @@ static int topo_now(rcpc_topo *t)
     for (i = 0; i < 20; i++) {
         if (rcpc_topology_any(&g.cl, t) == 0)
             return 0;
-        rcpc_sleep_ms(250);
+        rcptest_sleep_ms(250);
     }
     return -1;
 }
@@ -626,7 +626,7 @@ static int ensure_ok(void)
     int i;
 
     for (i = 0; i < 3; i++) {
-        if (rcpc_wait_ok(&g.cl, rcpc_scale(60), err, sizeof err) == 0)
+        if (rcpc_wait_ok(&g.cl, rcptest_scale(60), err, sizeof err) == 0)
             return 0;
         g.n_not_ok++;
         logf_("cluster not ok: %s", err);
@@ -759,7 +759,7 @@ static void act_kill(void)
     tf = now_rel();
     logf_("failover of %d done %.1fs after the kill", port, (double)(tf - tk) / 1000.0);
     take_topo(&t, victim.id);
-    rcpc_sleep_ms(1000);
+    rcptest_sleep_ms(1000);
     tr = now_rel();
     if (rcpc_restart(&g.cl, port, err, sizeof err) != 0) {
         g.n_action_failed++;
@@ -798,7 +798,7 @@ static void act_stop(int lng)
         logf_("pause failed: %s", err);
         return;
     }
-    rcpc_sleep_ms(ms);
+    rcptest_sleep_ms(ms);
     if (rcpc_script(&g.cl, "resume", args, 30, NULL, 0, err, sizeof err) != 0) {
         g.n_action_failed++;
         logf_("resume failed: %s", err);
@@ -880,7 +880,7 @@ static void chaos_loop(int64_t end_ms)
         }
         if (now_rel() >= end_ms)
             break;
-        rcpc_sleep_ms(1000 + (int)(rnd32(&main_rnd) % 2000));
+        rcptest_sleep_ms(1000 + (int)(rnd32(&main_rnd) % 2000));
     }
 }
 
@@ -915,7 +915,7 @@ static void *sampler_main(void *arg)
             logf_("progress: ops=%ld acked=%ld lib_live=%lld B rss=%ld kB", atomic_load(&g.ops),
                   atomic_load(&g.acked), lib, rss);
         }
-        rcpc_sleep_ms(200);
+        rcptest_sleep_ms(200);
     }
     return NULL;
 }
@@ -933,7 +933,7 @@ static rcp_reply *read_retry(int argc, const char **argv, struct worker *w)
         if (w != NULL)
             w->verify_errors++;
         rcp_reply_free(r);
-        rcpc_sleep_ms(250);
+        rcptest_sleep_ms(250);
     }
 }
 
@@ -954,7 +954,7 @@ static void *verify_main(void *arg)
         if (r->type != RCP_REPLY_ARRAY) {
             char d[256];
             fprintf(stderr, "chaos: LRANGE %s failed: %s\n", key,
-                    rcpc_describe(r, d, sizeof d));
+                    rcptest_describe(r, d, sizeof d));
             w->verify_errors += 1000000; /* the check is void: fail loudly */
             rcp_reply_free(r);
             continue;
@@ -1044,7 +1044,7 @@ static long verify_counters(long *dup, long *excused_total)
             v = strtoll(r->str, NULL, 10);
         else {
             char d[256];
-            fprintf(stderr, "chaos: GET %s failed: %s\n", key, rcpc_describe(r, d, sizeof d));
+            fprintf(stderr, "chaos: GET %s failed: %s\n", key, rcptest_describe(r, d, sizeof d));
             rcp_reply_free(r);
             lost += 1000000;
             continue;
@@ -1229,9 +1229,9 @@ int main(int argc, char **argv)
         return 2;
 
     rcpc_options(&o, &node, seed);
-    node.request_timeout_ms = rcpc_scale(5000);
+    node.request_timeout_ms = rcptest_scale(5000);
     g.wait_bound_ms = 2LL * node.request_timeout_ms + 20000;
-    g.t_start = rcpc_now_ms();
+    g.t_start = rcptest_now_ms();
     if (rcp_cluster_open(&o, &g.h, err, sizeof err) != RCP_OK) {
         fprintf(stderr, "chaos: rcp_cluster_open(%s): %s\n", seed, err);
         return 2;
@@ -1255,14 +1255,14 @@ int main(int argc, char **argv)
     pthread_create(&sampler, NULL, sampler_main, NULL);
 
     if (g.chaos) {
-        rcpc_sleep_ms(2000);
+        rcptest_sleep_ms(2000);
         chaos_loop((int64_t)g.seconds * 1000);
         ensure_ok();
     } else {
         while (now_rel() < (int64_t)g.seconds * 1000)
-            rcpc_sleep_ms(200);
+            rcptest_sleep_ms(200);
     }
-    rcpc_sleep_ms(2000); /* steady load on the settled cluster */
+    rcptest_sleep_ms(2000); /* steady load on the settled cluster */
     atomic_store(&g.stop, 1);
     logf_("stopping the load");
 
@@ -1275,12 +1275,12 @@ int main(int argc, char **argv)
         if (!joined[i]) {
             sync_stuck++;
             logf_("thread %d did not finish: in a sync call for %lld ms", i,
-                  (long long)(rcpc_now_ms() - atomic_load(&g.w[i]->sync_started_ms)));
+                  (long long)(rcptest_now_ms() - atomic_load(&g.w[i]->sync_started_ms)));
         }
     }
     /* Abandoned futures get a last chance before they count. */
     for (i = 0; i < 300 && atomic_load(&g.resolved) < atomic_load(&g.submitted); i++)
-        rcpc_sleep_ms(100);
+        rcptest_sleep_ms(100);
     sub_at_close = atomic_load(&g.submitted);
     res_at_close = atomic_load(&g.resolved);
 

@@ -16,14 +16,11 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -38,86 +35,9 @@ static pid_t base_owner;
 static rcpc_cluster *registry[MAX_CLUSTERS];
 static unsigned job_seq;
 
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) RCPC_PRINTF(3, 4);
-
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-int64_t rcpc_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void rcpc_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-int rcpc_sanitized(void)
-{
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    return 1;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-    return 1;
-#else
-    return 0;
-#endif
-#else
-    return 0;
-#endif
-}
-
-int rcpc_scale(int base)
-{
-    return rcpc_sanitized() ? base * 3 : base;
-}
-
-int rcpc_selected(const char *test_name)
-{
-    const char *only = getenv("RCP_IT_ONLY");
-    char buf[512];
-    char *save = NULL;
-    char *w;
-
-    if (only == NULL || only[0] == '\0')
-        return 1;
-    snprintf(buf, sizeof buf, "%s", only);
-    for (w = strtok_r(buf, ", ", &save); w != NULL; w = strtok_r(NULL, ", ", &save))
-        if (strstr(test_name, w) != NULL)
-            return 1;
-    return 0;
-}
-
 static int keep_dirs(void)
 {
-    const char *k = getenv("RCP_CLUSTER_KEEP");
-    return k != NULL && k[0] != '\0' && strcmp(k, "0") != 0;
-}
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
+    return rcptest_env_flag("RCP_CLUSTER_KEEP");
 }
 
 static void cleanup_at_exit(void)
@@ -128,82 +48,34 @@ static void cleanup_at_exit(void)
     for (i = 0; i < MAX_CLUSTERS; i++)
         if (registry[i] != NULL && registry[i]->owner == me)
             rcpc_stop(registry[i]);
-    if (base_owner == me && base_dir[0] != '\0' && !keep_dirs())
-        nftw(base_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    if (base_owner == me && !keep_dirs())
+        rcptest_remove_tree(base_dir);
 }
 
 int rcpc_init(char *err, size_t errlen)
 {
     const char *root = getenv("RCP_SOURCE_ROOT");
     const char *srv = getenv("RCP_REDIS_SERVER");
-    const char *tmp = getenv("TMPDIR");
-    char tmpl[PATH_MAX - 128];
 
     if (base_owner == getpid())
         return 0;
     if (root == NULL || root[0] == '\0') {
-        fmt_err(err, errlen, "RCP_SOURCE_ROOT is not set: it must name the rcpipe source tree");
+        rcptest_fmt_err(err, errlen,
+                        "RCP_SOURCE_ROOT is not set: it must name the rcpipe source tree");
         return -1;
     }
     snprintf(script_path, sizeof script_path, "%s/tests/scripts/cluster.sh", root);
     if (access(script_path, R_OK) != 0) {
-        fmt_err(err, errlen, "%s: %s", script_path, strerror(errno));
+        rcptest_fmt_err(err, errlen, "%s: %s", script_path, strerror(errno));
         return -1;
     }
-    if (srv != NULL) {
-        if (srv[0] == '\0') {
-            fmt_err(err, errlen,
-                    "RCP_REDIS_SERVER is empty: redis-server was not found at configure time; "
-                    "install redis-server (Debian package redis-server) and reconfigure");
-            return -1;
-        }
-        if (access(srv, X_OK) != 0) {
-            fmt_err(err, errlen, "RCP_REDIS_SERVER=%s is not an executable file", srv);
-            return -1;
-        }
-    }
-    if (tmp == NULL || tmp[0] == '\0')
-        tmp = "/tmp";
-    snprintf(tmpl, sizeof tmpl, "%s/rcpcl.XXXXXX", tmp);
-    if (mkdtemp(tmpl) == NULL) {
-        fmt_err(err, errlen, "mkdtemp(%s): %s", tmpl, strerror(errno));
+    if (srv != NULL && rcptest_check_server_env(srv, err, errlen) != 0)
         return -1;
-    }
-    snprintf(base_dir, sizeof base_dir, "%s", tmpl);
+    if (rcptest_mkdtemp("rcpcl", base_dir, sizeof base_dir, err, errlen) != 0)
+        return -1;
     base_owner = getpid();
     atexit(cleanup_at_exit);
     return 0;
-}
-
-/* Child side of every spawn: only async-signal-safe calls. */
-static void child_setup(int infd, int outfd, int errfd, int keep_fd)
-{
-    struct sigaction sa;
-    sigset_t none;
-    int sig;
-
-    dup2(infd, 0);
-    dup2(outfd, 1);
-    dup2(errfd, 2);
-    if (keep_fd >= 0) {
-        dup2(keep_fd, 3);
-        keep_fd = 3;
-    }
-    {
-        unsigned from = keep_fd >= 0 ? 4u : 3u;
-        if (syscall(SYS_close_range, from, ~0u, 0u) != 0) {
-            int fd;
-            for (fd = (int)from; fd < 65536; fd++)
-                close(fd);
-        }
-    }
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = SIG_DFL;
-    for (sig = 1; sig < 32; sig++)
-        if (sig != SIGKILL && sig != SIGSTOP)
-            sigaction(sig, &sa, NULL);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
 /* Starts "bash cluster.sh argv..." in its own process group with stdout and
@@ -237,7 +109,7 @@ static pid_t spawn_script(const char *const *args, const char *out_path, const c
     pid = fork();
     if (pid == 0) {
         setpgid(0, 0);
-        child_setup(infd, outfd, errfd, -1);
+        rcptest_child_reset(infd, outfd, errfd, -1);
         execv("/bin/bash", (char *const *)argv);
         _exit(127);
     }
@@ -286,15 +158,15 @@ static int wait_script(pid_t pid, int64_t deadline)
             return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
         if (w < 0 && errno != EINTR)
             return -1;
-        if (rcpc_now_ms() >= deadline)
+        if (rcptest_now_ms() >= deadline)
             break;
-        rcpc_sleep_ms(20);
+        rcptest_sleep_ms(20);
     }
     kill(-pid, SIGTERM);
     for (int i = 0; i < 100; i++) {
         if (waitpid(pid, &st, WNOHANG) == pid)
             return -1;
-        rcpc_sleep_ms(20);
+        rcptest_sleep_ms(20);
     }
     kill(-pid, SIGKILL);
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -336,25 +208,27 @@ int rcpc_script(const rcpc_cluster *c, const char *sub, const char *const *args,
     if (out != NULL && outlen > 0)
         out[0] = '\0';
     if (script_path[0] == '\0' || c->dir[0] == '\0') {
-        fmt_err(err, errlen, "cluster %s: no cluster (rcpc_init/rcpc_start not done)", sub);
+        rcptest_fmt_err(err, errlen, "cluster %s: no cluster (rcpc_init/rcpc_start not done)", sub);
         return -1;
     }
     build_args(argv, c, sub, args);
     job_paths(op, sizeof op, ep, sizeof ep);
     pid = spawn_script(argv, op, ep);
     if (pid < 0) {
-        fmt_err(err, errlen, "cluster.sh %s: fork/exec: %s", sub, strerror(errno));
+        rcptest_fmt_err(err, errlen, "cluster.sh %s: fork/exec: %s", sub, strerror(errno));
         return -1;
     }
-    rc = wait_script(pid, rcpc_now_ms() + (int64_t)timeout_s * 1000);
+    rc = wait_script(pid, rcptest_now_ms() + (int64_t)timeout_s * 1000);
     read_file(op, out, outlen, 0);
     if (rc != 0) {
         char tail[1500];
         read_file(ep, tail, sizeof tail, 1);
         if (rc > 0)
-            fmt_err(err, errlen, "cluster.sh %s %s: exit %d; stderr: %s", sub, c->dir, rc, tail);
+            rcptest_fmt_err(err, errlen, "cluster.sh %s %s: exit %d; stderr: %s", sub, c->dir, rc,
+                            tail);
         else
-            fmt_err(err, errlen, "cluster.sh %s %s: killed or timed out; stderr: %s", sub, c->dir,
+            rcptest_fmt_err(err, errlen, "cluster.sh %s %s: killed or timed out; stderr: %s", sub,
+                            c->dir,
                     tail);
     }
     unlink(op);
@@ -389,7 +263,7 @@ static pid_t start_guardian(const rcpc_cluster *c, int *wfd)
         char b;
 
         setsid();
-        child_setup(nullfd, nullfd, nullfd, p[0]);
+        rcptest_child_reset(nullfd, nullfd, nullfd, p[0]);
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = SIG_IGN;
         sigaction(SIGINT, &sa, NULL);
@@ -449,14 +323,14 @@ int rcpc_start(rcpc_cluster *c, int masters, int replicas, const char *const *ex
             break;
         }
     if (slot < 0) {
-        fmt_err(err, errlen, "too many clusters in one test program");
+        rcptest_fmt_err(err, errlen, "too many clusters in one test program");
         return -1;
     }
     snprintf(c->dir, sizeof c->dir, "%s/cluster%u", base_dir, nclusters++);
     c->owner = getpid();
     c->guardian = start_guardian(c, &c->guard_fd);
     if (c->guardian < 0) {
-        fmt_err(err, errlen, "guardian: %s", strerror(errno));
+        rcptest_fmt_err(err, errlen, "guardian: %s", strerror(errno));
         return -1;
     }
     registry[slot] = c;
@@ -482,16 +356,17 @@ int rcpc_start(rcpc_cluster *c, int masters, int replicas, const char *const *ex
     job_paths(op, sizeof op, ep, sizeof ep);
     pid = spawn_script(argv, op, ep);
     if (pid < 0) {
-        fmt_err(err, errlen, "cluster.sh start: fork/exec: %s", strerror(errno));
+        rcptest_fmt_err(err, errlen, "cluster.sh start: fork/exec: %s", strerror(errno));
         rcpc_stop(c);
         return -1;
     }
-    rc = wait_script(pid, rcpc_now_ms() + 120000);
+    rc = wait_script(pid, rcptest_now_ms() + 120000);
     read_file(op, c->seed, sizeof c->seed, 0);
     if (rc != 0 || strncmp(c->seed, "127.0.0.1:", 10) != 0) {
         char tail[1500];
         read_file(ep, tail, sizeof tail, 1);
-        fmt_err(err, errlen, "cluster.sh start (exit %d, stdout \"%s\"): %s", rc, c->seed, tail);
+        rcptest_fmt_err(err, errlen, "cluster.sh start (exit %d, stdout \"%s\"): %s", rc, c->seed,
+                        tail);
         unlink(op);
         unlink(ep);
         rcpc_stop(c);
@@ -520,18 +395,18 @@ void rcpc_stop(rcpc_cluster *c)
         c->guard_fd = -1;
     }
     if (c->guardian > 0) {
-        int64_t deadline = rcpc_now_ms() + 30000;
+        int64_t deadline = rcptest_now_ms() + 30000;
         int st;
         for (;;) {
             pid_t w = waitpid(c->guardian, &st, WNOHANG);
             if (w == c->guardian || (w < 0 && errno != EINTR))
                 break;
-            if (rcpc_now_ms() > deadline) {
+            if (rcptest_now_ms() > deadline) {
                 kill(c->guardian, SIGKILL);
                 waitpid(c->guardian, &st, 0);
                 break;
             }
-            rcpc_sleep_ms(10);
+            rcptest_sleep_ms(10);
         }
         c->guardian = 0;
     }
@@ -591,7 +466,7 @@ int rcpc_add_node(const rcpc_cluster *c, int master_port, int *port, char *err, 
         return -1;
     *port = atoi(out);
     if (*port <= 0) {
-        fmt_err(err, errlen, "cluster.sh add-node printed \"%s\", not a port", out);
+        rcptest_fmt_err(err, errlen, "cluster.sh add-node printed \"%s\", not a port", out);
         return -1;
     }
     return 0;
@@ -665,7 +540,7 @@ int rcpc_job_start(rcpc_job *j, const rcpc_cluster *c, const char *sub, const ch
     j->status = -1;
     build_args(argv, c, sub, args);
     job_paths(j->out_path, sizeof j->out_path, j->err_path, sizeof j->err_path);
-    j->started_ms = rcpc_now_ms();
+    j->started_ms = rcptest_now_ms();
     j->pid = spawn_script(argv, j->out_path, j->err_path);
     if (j->pid < 0) {
         j->done = 1;
@@ -684,7 +559,7 @@ int rcpc_job_poll(rcpc_job *j)
     if (waitpid(j->pid, &st, WNOHANG) == j->pid) {
         j->done = 1;
         j->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        j->ended_ms = rcpc_now_ms();
+        j->ended_ms = rcptest_now_ms();
         return 1;
     }
     return 0;
@@ -693,18 +568,34 @@ int rcpc_job_poll(rcpc_job *j)
 int rcpc_job_join(rcpc_job *j, int timeout_ms, char *err, size_t errlen)
 {
     if (!j->done) {
-        j->status = wait_script(j->pid, rcpc_now_ms() + timeout_ms);
+        j->status = wait_script(j->pid, rcptest_now_ms() + timeout_ms);
         j->done = 1;
-        j->ended_ms = rcpc_now_ms();
+        j->ended_ms = rcptest_now_ms();
     }
     if (j->status != 0) {
         char tail[1500];
         read_file(j->err_path, tail, sizeof tail, 1);
-        fmt_err(err, errlen, "background cluster.sh job: exit %d; stderr: %s", j->status, tail);
+        rcptest_fmt_err(err, errlen, "background cluster.sh job: exit %d; stderr: %s", j->status,
+                        tail);
     }
     unlink(j->out_path);
     unlink(j->err_path);
     return j->status;
+}
+
+int rcpc_job_run(const rcpc_cluster *c, const char *sub, const char *const *args, int timeout_s,
+                 char *err, size_t errlen)
+{
+    rcpc_job j;
+
+    if (rcpc_job_start(&j, c, sub, args) != 0) {
+        rcptest_fmt_err(err, errlen, "could not start cluster.sh %s", sub);
+        return -1;
+    }
+    while (!rcpc_job_poll(&j) &&
+           rcptest_now_ms() - j.started_ms < (int64_t)rcptest_scale(timeout_s) * 1000)
+        rcptest_sleep_ms(100);
+    return rcpc_job_join(&j, 1000, err, errlen);
 }
 
 redisContext *rcpc_connect(int port)
@@ -927,7 +818,7 @@ long long rcpc_dbsize(int port)
 
 int rcpc_wait_replicas_synced(const rcpc_cluster *c, int timeout_ms)
 {
-    int64_t deadline = rcpc_now_ms() + timeout_ms;
+    int64_t deadline = rcptest_now_ms() + timeout_ms;
     rcpc_topo t;
     int i, k;
 
@@ -946,9 +837,9 @@ int rcpc_wait_replicas_synced(const rcpc_cluster *c, int timeout_ms)
         }
         if (behind == 0)
             return 0;
-        if (rcpc_now_ms() > deadline)
+        if (rcptest_now_ms() > deadline)
             return -1;
-        rcpc_sleep_ms(50);
+        rcptest_sleep_ms(50);
     }
 }
 
@@ -982,7 +873,7 @@ const char *rcpc_slot_tag(unsigned slot)
 static void print_event(const rcp_event *ev, void *data)
 {
     (void)data;
-    fprintf(stderr, "[%lld] event %d err %d (%s) %s:%d %s\n", (long long)rcpc_now_ms(), ev->type,
+    fprintf(stderr, "[%lld] event %d err %d (%s) %s:%d %s\n", (long long)rcptest_now_ms(), ev->type,
             ev->err, rcp_strerror(ev->err), ev->host ? ev->host : "-", ev->port,
             ev->message ? ev->message : "");
 }
@@ -991,15 +882,7 @@ void rcpc_options(rcp_cluster_options *o, rcp_conn_options *node, const char *se
 {
     const char *evs = getenv("RCP_CL_EVENTS");
 
-    rcp_cluster_options_init(o);
-    rcp_conn_options_init(node);
-    node->connect_timeout_ms = rcpc_scale(2000);
-    node->request_timeout_ms = rcpc_scale(10000);
-    node->io_timeout_ms = rcpc_scale(10000);
-    node->reconnect_min_ms = 10;
-    node->reconnect_max_ms = 500;
-    o->seeds = seed;
-    o->node = node;
+    rcptest_cluster_options(o, node, seed, 2000, 10000, 10, 500);
     if (evs != NULL && evs[0] != '\0' && strcmp(evs, "0") != 0) {
         o->event_cb = print_event;
         node->event_cb = print_event;
@@ -1048,7 +931,7 @@ int rcpc_move_owner_away(const rcpc_cluster *c, const char *key, int *to, char *
 
     *to = 0;
     if (rcpc_topology_any(c, &t) != 0) {
-        fmt_err(err, errlen, "no topology");
+        rcptest_fmt_err(err, errlen, "no topology");
         return -1;
     }
     owner = rcpc_slot_owner(&t, rcp_keyslot(key, strlen(key)));
@@ -1058,7 +941,7 @@ int rcpc_move_owner_away(const rcpc_cluster *c, const char *key, int *to, char *
             break;
         }
     if (!*to) {
-        fmt_err(err, errlen, "no owner for %s, or no other master", key);
+        rcptest_fmt_err(err, errlen, "no owner for %s, or no other master", key);
         return -1;
     }
     return rcpc_reshard(c, t.node[owner].port, *to, t.node[owner].nslots, err, errlen);
@@ -1069,8 +952,6 @@ int rcpc_main(rcpc_cluster *c, const char *name, int masters, int replicas,
 {
     char err[4096], suite[128];
     Suite *s;
-    TCase *tc;
-    SRunner *sr;
     int failed;
 
     snprintf(suite, sizeof suite, "cluster-%s", name);
@@ -1080,14 +961,8 @@ int rcpc_main(rcpc_cluster *c, const char *name, int masters, int replicas,
         return 1;
     }
     s = suite_create(suite);
-    tc = tcase_create(name);
-    tcase_set_timeout(tc, rcpc_scale(timeout_s));
-    add(tc);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    add(rcptest_tcase(s, name, rcptest_scale(timeout_s)));
+    failed = rcptest_run(s);
     rcpc_stop(c);
     return failed == 0 ? 0 : 1;
 }
@@ -1137,7 +1012,7 @@ rcp_reply *rcpc_call_async(rcp_cluster *h, int read_policy, int argc, const char
         return NULL;
     }
     clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += rcpc_scale(60);
+    deadline.tv_sec += rcptest_scale(60);
     pthread_mutex_lock(&a->m);
     while (!a->done) {
         if (pthread_cond_timedwait(&a->cv, &a->m, &deadline) == ETIMEDOUT)
@@ -1154,6 +1029,17 @@ rcp_reply *rcpc_call_async(rcp_cluster *h, int read_policy, int argc, const char
     pthread_cond_destroy(&a->cv);
     free(a);
     return r;
+}
+
+void rcpc_assert_get(rcp_cluster *h, const char *what, const char *key, const char *want)
+{
+    char d[256];
+    rcp_reply *r = rcp_cluster_command(h, "GET %s", key);
+
+    ck_assert_msg(want != NULL ? rcpc_is_string(r, want) : rcptest_is_nil(r),
+                  "%s %s: expected %s, got %s", what, key, want != NULL ? want : "nil",
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
 }
 
 int rcpc_node_info(rcp_cluster *h, int port, rcp_cluster_node_info *out)
@@ -1176,44 +1062,6 @@ int rcpc_node_info(rcp_cluster *h, int port, rcp_cluster_node_info *out)
     return 0;
 }
 
-const char *rcpc_describe(const rcp_reply *r, char *buf, size_t buflen)
-{
-    static const char *const names[] = {"?", "STRING", "ARRAY", "INTEGER", "NIL", "STATUS", "ERROR"};
-    const char *tn;
-    char text[96];
-    size_t i;
-
-    if (r == NULL) {
-        snprintf(buf, buflen, "(NULL reply)");
-        return buf;
-    }
-    tn = (r->type >= 1 && r->type <= 6) ? names[r->type] : names[0];
-    switch (r->type) {
-    case RCP_REPLY_STRING:
-    case RCP_REPLY_STATUS:
-    case RCP_REPLY_ERROR:
-        for (i = 0; i < r->len && i < sizeof text - 4 && r->str != NULL; i++) {
-            unsigned char ch = (unsigned char)r->str[i];
-            text[i] = (ch >= 32 && ch < 127) ? (char)ch : '.';
-        }
-        text[i] = '\0';
-        if (i < r->len)
-            strcat(text, "...");
-        snprintf(buf, buflen, "%s(err=%d %s) \"%s\"", tn, r->err, rcp_strerror(r->err), text);
-        break;
-    case RCP_REPLY_INTEGER:
-        snprintf(buf, buflen, "INTEGER %lld", r->integer);
-        break;
-    case RCP_REPLY_ARRAY:
-        snprintf(buf, buflen, "ARRAY of %zu", r->elements);
-        break;
-    default:
-        snprintf(buf, buflen, "%s", tn);
-        break;
-    }
-    return buf;
-}
-
 int rcpc_is_string(const rcp_reply *r, const char *s)
 {
     size_t len = strlen(s);
@@ -1225,16 +1073,6 @@ int rcpc_is_status(const rcp_reply *r, const char *s)
 {
     return r != NULL && r->type == RCP_REPLY_STATUS && r->err == RCP_OK && r->str != NULL &&
            strcmp(r->str, s) == 0;
-}
-
-int rcpc_is_int(const rcp_reply *r, long long v)
-{
-    return r != NULL && r->type == RCP_REPLY_INTEGER && r->err == RCP_OK && r->integer == v;
-}
-
-int rcpc_is_nil(const rcp_reply *r)
-{
-    return r != NULL && r->type == RCP_REPLY_NIL && r->err == RCP_OK;
 }
 
 void rcpc_problem_note(rcpc_problem *p, const char *fmt, ...)

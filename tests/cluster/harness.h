@@ -1,7 +1,8 @@
 /* harness.h: a real local Redis Cluster for the cluster tests, driven
  * through the project's own tests/scripts/cluster.sh, plus a side channel
  * (hiredis, one short connection per question) to ask nodes what they
- * think, and helpers the test programs share.
+ * think, and helpers the test programs share (those every test layer
+ * shares are in tests/common/common.h).
  *
  * The cluster's nodes run in their own session (see cluster.sh), so a test
  * runner killing its process group does not leave them half-dead; they are
@@ -24,15 +25,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#if defined(__GNUC__)
-#define RCPC_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define RCPC_PRINTF(f, a)
-#endif
-
 #include <check.h>
 #include <hiredis/hiredis.h>
 
+#include "common.h"
 #include "rcpipe.h"
 
 #define RCPC_MAX_NODES 16
@@ -125,6 +121,11 @@ int rcpc_job_poll(rcpc_job *j);
 /* Waits up to timeout_ms (then kills the job's process group). Returns its
  * exit status, or -1; err gets the stderr tail when it is not 0. */
 int rcpc_job_join(rcpc_job *j, int timeout_ms, char *err, size_t errlen);
+/* rcpc_job_start, then polls (every 100 ms: the caller's load threads run
+ * meanwhile) until it ends or timeout_s (scaled) pass, then joins it.
+ * Returns its exit status, or -1; err says why it is not 0. */
+int rcpc_job_run(const rcpc_cluster *c, const char *sub, const char *const *args, int timeout_s,
+                 char *err, size_t errlen);
 
 /* Side channel: a fresh hiredis connection to 127.0.0.1:port (timeout 2 s),
  * one command, closed again. The reply is the caller's (freeReplyObject);
@@ -179,41 +180,33 @@ int rcpc_move_owner_away(const rcpc_cluster *c, const char *key, int *to, char *
 
 /* main() of a cluster test program: starts c (masters, replicas, extra
  * server arguments or NULL), runs one test case `name` holding the tests
- * that add() registers (RCPC_ADD_TEST), with a timeout of timeout_s
+ * that add() registers (RCPTEST_ADD), with a timeout of timeout_s
  * (scaled), stops the cluster. Returns the exit status. */
 int rcpc_main(rcpc_cluster *c, const char *name, int masters, int replicas,
               const char *const *extra, int timeout_s, void (*add)(TCase *tc));
 
 /* The async API used like a sync call: rcp_cluster_send_argv_policy with
- * a future, then a wait (bounded: rcpc_scale(60) s). Returns the kept
+ * a future, then a wait (bounded: rcptest_scale(60) s). Returns the kept
  * reply (caller frees). NULL when the send was refused (*send_rc says
  * why) or the future was not resolved in time (*send_rc = -1; its memory
  * is then leaked on purpose: the library may still write to it). */
 rcp_reply *rcpc_call_async(rcp_cluster *h, int read_policy, int argc, const char **argv,
                            const size_t *lens, int *send_rc);
 
+/* GET key through h and asserts the value: want, or nil when want is NULL
+ * (rcpc_is_string / rcptest_is_nil). what names the check in the failure
+ * message. */
+void rcpc_assert_get(rcp_cluster *h, const char *what, const char *key, const char *want);
+
 /* That node's entry in rcp_cluster_get_nodes (by "127.0.0.1:port"); 1 if
  * found, 0 if not. */
 int rcpc_node_info(rcp_cluster *h, int port, rcp_cluster_node_info *out);
 
-/* Time, sanitizer detection, test selection, reply checks. */
-int64_t rcpc_now_ms(void);
-void rcpc_sleep_ms(int ms);
-int rcpc_sanitized(void);
-/* base scaled for a sanitizer build (x3) */
-int rcpc_scale(int base);
-int rcpc_selected(const char *test_name);
-#define RCPC_ADD_TEST(tc, fn)                                                                     \
-    do {                                                                                          \
-        if (rcpc_selected(#fn))                                                                   \
-            tcase_add_test((tc), fn);                                                             \
-    } while (0)
-
-const char *rcpc_describe(const rcp_reply *r, char *buf, size_t buflen);
+/* Reply checks (integers and nil: rcptest_is_int, rcptest_is_nil). The
+ * string check compares the bytes only; the status check the text up to
+ * its first NUL. */
 int rcpc_is_string(const rcp_reply *r, const char *s);
 int rcpc_is_status(const rcp_reply *r, const char *s);
-int rcpc_is_int(const rcp_reply *r, long long v);
-int rcpc_is_nil(const rcp_reply *r);
 
 /* A small thread-safe "first problem" note for worker threads: the first
  * message is kept, later ones only counted. */
@@ -223,7 +216,7 @@ typedef struct rcpc_problem {
     char first[512];
 } rcpc_problem;
 #define RCPC_PROBLEM_INIT {PTHREAD_MUTEX_INITIALIZER, 0, ""}
-void rcpc_problem_note(rcpc_problem *p, const char *fmt, ...) RCPC_PRINTF(2, 3);
+void rcpc_problem_note(rcpc_problem *p, const char *fmt, ...) RCPTEST_PRINTF(2, 3);
 int rcpc_problem_count(rcpc_problem *p);
 
 #endif

@@ -87,7 +87,7 @@ static void run_async(rcp_cluster *h, const char *cmd, long n)
         sent++;
     }
     for (int w = 0; atomic_load(&resolved) - start < n; w++) {
-        ck_assert_msg(w < rcpc_scale(60) * 1000, "async requests not resolved in time");
+        ck_assert_msg(w < rcptest_scale(60) * 1000, "async requests not resolved in time");
         usleep(1000);
     }
 }
@@ -153,8 +153,7 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_async_steady_state);
-    RCPC_ADD_TEST(tc, test_sync_at_most_one);
+    RCPTEST_ADD(tc, test_async_steady_state, test_sync_at_most_one);
 }
 
 int main(void)

@@ -77,7 +77,7 @@ static void run_load(int ms, int64_t *p99, int64_t *max)
         ck_assert_ptr_nonnull(l[i].us);
         ck_assert_int_eq(pthread_create(&l[i].th, NULL, load_main, &l[i]), 0);
     }
-    rcpc_sleep_ms(ms);
+    rcptest_sleep_ms(ms);
     atomic_store(&stop_flag, 1);
     for (i = 0; i < NLOAD; i++) {
         pthread_join(l[i].th, NULL);
@@ -106,9 +106,9 @@ struct bl {
 static void *blpop_main(void *arg)
 {
     struct bl *b = arg;
-    int64_t t0 = rcpc_now_ms();
+    int64_t t0 = rcptest_now_ms();
     b->r = rcp_cluster_command(h, b->cmd);
-    b->took_ms = rcpc_now_ms() - t0;
+    b->took_ms = rcptest_now_ms() - t0;
     return NULL;
 }
 
@@ -124,11 +124,11 @@ START_TEST(test_shared_pipeline_unaffected)
 
     b.cmd = "BLPOP {b}list 5";
     ck_assert_int_eq(pthread_create(&b.th, NULL, blpop_main, &b), 0);
-    rcpc_sleep_ms(200);
+    rcptest_sleep_ms(200);
     run_load(1500, &p99_with, &max_with);
     {
         rcp_reply *r = rcp_cluster_command(h, "RPUSH {b}list hello");
-        ck_assert_msg(rcpc_is_int(r, 1), "RPUSH: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcptest_is_int(r, 1), "RPUSH: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     pthread_join(b.th, NULL);
@@ -140,7 +140,7 @@ START_TEST(test_shared_pipeline_unaffected)
     ck_assert_int_eq(atomic_load(&load_bad), 0);
     ck_assert_msg(b.r->type == RCP_REPLY_ARRAY && b.r->elements == 2 &&
                       rcpc_is_string(b.r->element[1], "hello"),
-                  "BLPOP: %s", rcpc_describe(b.r, d, sizeof d));
+                  "BLPOP: %s", rcptest_describe(b.r, d, sizeof d));
     rcp_reply_free(b.r);
     /* A request queued behind the BLPOP on a shared pipeline would have
      * waited for it (>= 1.7 s here: the BLPOP was answered only after the
@@ -167,7 +167,7 @@ START_TEST(test_timeout_xread_wait_pool_async)
     h = rcpc_open(&o);
 
     r = rcp_cluster_command(h, "BLPOP {e}empty 1");
-    ck_assert_msg(rcpc_is_nil(r), "BLPOP timeout: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_nil(r), "BLPOP timeout: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* XREAD BLOCK: the entry is added while it waits. */
@@ -176,16 +176,16 @@ START_TEST(test_timeout_xread_wait_pool_async)
     rcp_reply_free(rcp_cluster_command(h, "XADD {x}s 1-1 f v"));
     b[0].cmd = "XREAD BLOCK 5000 STREAMS {x}s 1-1";
     ck_assert_int_eq(pthread_create(&b[0].th, NULL, blpop_main, &b[0]), 0);
-    rcpc_sleep_ms(300);
+    rcptest_sleep_ms(300);
     rcp_reply_free(rcp_cluster_command(h, "XADD {x}s 2-1 f w"));
     pthread_join(b[0].th, NULL);
     ck_assert_msg(b[0].r->type == RCP_REPLY_ARRAY && b[0].r->elements == 1,
-                  "XREAD BLOCK: %s", rcpc_describe(b[0].r, d, sizeof d));
+                  "XREAD BLOCK: %s", rcptest_describe(b[0].r, d, sizeof d));
     rcp_reply_free(b[0].r);
 
     r = rcp_cluster_command(h, "WAIT 1 2000");
     ck_assert_msg(r->type == RCP_REPLY_INTEGER && r->integer >= 0, "WAIT: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* Three BLPOPs, a pool of two: the third waits for a connection. */
@@ -195,7 +195,7 @@ START_TEST(test_timeout_xread_wait_pool_async)
         b[i].cmd = cmd[i];
         ck_assert_int_eq(pthread_create(&b[i].th, NULL, blpop_main, &b[i]), 0);
     }
-    rcpc_sleep_ms(300);
+    rcptest_sleep_ms(300);
     for (i = 0; i < 3; i++)
         rcp_reply_free(rcp_cluster_command(h, "RPUSH {p}l%d v%d", i, i));
     for (i = 0; i < 3; i++) {
@@ -204,7 +204,7 @@ START_TEST(test_timeout_xread_wait_pool_async)
         snprintf(want, sizeof want, "v%d", i);
         ck_assert_msg(b[i].r->type == RCP_REPLY_ARRAY && b[i].r->elements == 2 &&
                           rcpc_is_string(b[i].r->element[1], want),
-                      "BLPOP %d: %s", i, rcpc_describe(b[i].r, d, sizeof d));
+                      "BLPOP %d: %s", i, rcptest_describe(b[i].r, d, sizeof d));
         rcp_reply_free(b[i].r);
     }
 
@@ -216,12 +216,12 @@ START_TEST(test_timeout_xread_wait_pool_async)
         r = rcpc_call_async(h, -1, 3, argv, NULL, &rc);
         ck_assert_int_eq(rc, RCP_OK);
         ck_assert_msg(r && r->type == RCP_REPLY_ARRAY && rcpc_is_string(r->element[1], "async"),
-                      "async BLPOP: %s", rcpc_describe(r, d, sizeof d));
+                      "async BLPOP: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     r = rcp_cluster_command(h, "BLPOP {a}x {b}y 1");
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_CROSS_SLOT, "cross-slot: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     rcp_cluster_close(h);
     h = NULL;
@@ -245,7 +245,7 @@ START_TEST(test_follows_moved)
     r = rcp_cluster_command(h, "BLPOP {m}l 3");
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 2 &&
                       rcpc_is_string(r->element[1], "moved"),
-                  "BLPOP after the slot moved: %s", rcpc_describe(r, d, sizeof d));
+                  "BLPOP after the slot moved: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     rcp_cluster_close(h);
     h = NULL;
@@ -254,9 +254,8 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_shared_pipeline_unaffected);
-    RCPC_ADD_TEST(tc, test_timeout_xread_wait_pool_async);
-    RCPC_ADD_TEST(tc, test_follows_moved);
+    RCPTEST_ADD(tc, test_shared_pipeline_unaffected, test_timeout_xread_wait_pool_async,
+                test_follows_moved);
 }
 
 int main(void)

@@ -86,7 +86,7 @@ static void *reader_main(void *arg)
         } else {
             atomic_fetch_add(&reads_wrong, 1);
             rcpc_problem_note(&prob, "GET %s: expected %s, got %s", key, val,
-                              rcpc_describe(r, d, sizeof d));
+                              rcptest_describe(r, d, sizeof d));
         }
         rcp_reply_free(r);
     }
@@ -126,7 +126,7 @@ static void *writer_main(void *arg)
         if (rcpc_is_status(r, "OK")) {
             if (victim) {
                 atomic_fetch_add(&vwrites_ok, 1);
-                atomic_store(&last_vok_ms, rcpc_now_ms());
+                atomic_store(&last_vok_ms, rcptest_now_ms());
             } else {
                 atomic_fetch_add(&owrites_ok, 1);
             }
@@ -135,15 +135,15 @@ static void *writer_main(void *arg)
                 atomic_fetch_add(&err_codes[r->err], 1);
             if (victim) {
                 atomic_fetch_add(&vwrites_failed, 1);
-                atomic_store(&last_vfail_ms, rcpc_now_ms());
+                atomic_store(&last_vfail_ms, rcptest_now_ms());
             } else {
                 atomic_fetch_add(&owrites_failed, 1);
                 rcpc_problem_note(&prob, "SET %s (not the dead master's slot): %s", key,
-                                  rcpc_describe(r, d, sizeof d));
+                                  rcptest_describe(r, d, sizeof d));
             }
         } else {
             atomic_fetch_add(&writes_bad, 1);
-            rcpc_problem_note(&prob, "SET %s: %s", key, rcpc_describe(r, d, sizeof d));
+            rcpc_problem_note(&prob, "SET %s: %s", key, rcptest_describe(r, d, sizeof d));
         }
         rcp_reply_free(r);
     }
@@ -154,7 +154,7 @@ static void *writer_main(void *arg)
  * master, and, from its own view, that `slot` belongs to `owner`. */
 static int wait_role(int port, int want_master, unsigned slot, int owner, int timeout_ms)
 {
-    int64_t deadline = rcpc_now_ms() + timeout_ms;
+    int64_t deadline = rcptest_now_ms() + timeout_ms;
 
     for (;;) {
         rcpc_topo t;
@@ -162,9 +162,9 @@ static int wait_role(int port, int want_master, unsigned slot, int owner, int ti
         if (rcpc_role_is_master(port) == want_master && rcpc_topology(port, &t) == 0 &&
             (o = rcpc_slot_owner(&t, slot)) >= 0 && t.node[o].port == owner)
             return 0;
-        if (rcpc_now_ms() > deadline)
+        if (rcptest_now_ms() > deadline)
             return -1;
-        rcpc_sleep_ms(50);
+        rcptest_sleep_ms(50);
     }
 }
 
@@ -198,16 +198,17 @@ START_TEST(test_demoted_master_redirects)
         slot++;
     snprintf(key, sizeof key, "%sdemoted", rcpc_slot_tag(slot));
     r = rcp_cluster_command(h, "SET %s v1", key);
-    ck_assert_msg(rcpc_is_status(r, "OK"), "SET: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcpc_is_status(r, "OK"), "SET: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
-    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0, "replicas not in sync");
+    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcptest_scale(15000)) == 0,
+                  "replicas not in sync");
 
     ck_assert_int_eq(rcp_cluster_get_stats(h, &st0), RCP_OK);
     rr = rcpc_ask(replica, "CLUSTER FAILOVER");
     ck_assert_msg(rr && rr->type == REDIS_REPLY_STATUS, "CLUSTER FAILOVER on %d: %s", replica,
                   rr && rr->str ? rr->str : "no reply");
     freeReplyObject(rr);
-    ck_assert_msg(wait_role(master, 0, slot, replica, rcpc_scale(20000)) == 0,
+    ck_assert_msg(wait_role(master, 0, slot, replica, rcptest_scale(20000)) == 0,
                   "%d did not become a replica of %d", master, replica);
 
     ck_assert_int_eq(rcp_cluster_get_stats(h, &st1), RCP_OK);
@@ -218,7 +219,7 @@ START_TEST(test_demoted_master_redirects)
     ck_assert_int_eq(rcpc_node_info(h, master, &ni0), 1);
     r = rcp_cluster_command(h, "GET %s", key);
     ck_assert_msg(rcpc_is_string(r, "v1"), "GET after the failover: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_int_eq(rcp_cluster_get_stats(h, &st1), RCP_OK);
     ck_assert_int_eq(rcpc_node_info(h, master, &ni1), 1);
@@ -233,13 +234,13 @@ START_TEST(test_demoted_master_redirects)
     /* Give the cluster its first shape back for the next test. A manual
      * failover only starts once the replica's link is up; retry it. */
     for (i = 0; i < 3; i++) {
-        ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0,
+        ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcptest_scale(15000)) == 0,
                       "replicas not in sync");
         rr = rcpc_ask(master, "CLUSTER FAILOVER");
         ck_assert_msg(rr && rr->type == REDIS_REPLY_STATUS, "failing back: %s",
                       rr && rr->str ? rr->str : "no reply");
         freeReplyObject(rr);
-        if (wait_role(master, 1, slot, master, rcpc_scale(10000)) == 0)
+        if (wait_role(master, 1, slot, master, rcptest_scale(10000)) == 0)
             break;
     }
     ck_assert_msg(i < 3, "%d did not become master again", master);
@@ -272,10 +273,11 @@ START_TEST(test_master_killed_under_load)
         preload_key(key, sizeof key, (int)i);
         preload_val(val, sizeof val, (int)i);
         r = rcp_cluster_command(h, "SET %s %s", key, val);
-        ck_assert_msg(rcpc_is_status(r, "OK"), "preload: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcpc_is_status(r, "OK"), "preload: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
-    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0, "replicas not in sync");
+    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcptest_scale(15000)) == 0,
+                  "replicas not in sync");
 
     /* The victim: a master with a replica. */
     ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
@@ -298,27 +300,27 @@ START_TEST(test_master_killed_under_load)
         ck_assert_int_eq(pthread_create(&readers[i], NULL, reader_main, (void *)i), 0);
     for (i = 0; i < NWRITERS; i++)
         ck_assert_int_eq(pthread_create(&writers[i], NULL, writer_main, (void *)i), 0);
-    rcpc_sleep_ms(1000);
+    rcptest_sleep_ms(1000);
     ck_assert_msg(atomic_load(&vwrites_ok) > 0 && atomic_load(&reads_ok) > 0,
                   "no traffic before the kill: %s", prob.first);
 
-    atomic_store(&kill_ms, rcpc_now_ms());
+    atomic_store(&kill_ms, rcptest_now_ms());
     ck_assert_msg(rcpc_kill(&cl, victim, err, sizeof err) == 0, "%s", err);
 
-    deadline = rcpc_now_ms() + rcpc_scale(30000);
-    while (rcpc_now_ms() < deadline) {
+    deadline = rcptest_now_ms() + rcptest_scale(30000);
+    while (rcptest_now_ms() < deadline) {
         if (rcpc_role_is_master(heir) == 1) {
-            promoted_ms = rcpc_now_ms();
+            promoted_ms = rcptest_now_ms();
             break;
         }
-        rcpc_sleep_ms(20);
+        rcptest_sleep_ms(20);
     }
     ck_assert_msg(promoted_ms != 0, "replica %d not promoted after the kill of %d", heir, victim);
     /* Writes to the victim's slots must work again without reopening. */
-    deadline = rcpc_now_ms() + rcpc_scale(15000);
-    while (atomic_load(&last_vok_ms) <= promoted_ms && rcpc_now_ms() < deadline)
-        rcpc_sleep_ms(50);
-    rcpc_sleep_ms(2000);
+    deadline = rcptest_now_ms() + rcptest_scale(15000);
+    while (atomic_load(&last_vok_ms) <= promoted_ms && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(50);
+    rcptest_sleep_ms(2000);
     atomic_store(&stop_flag, 1);
     for (i = 0; i < NREADERS; i++)
         pthread_join(readers[i], NULL);
@@ -357,7 +359,7 @@ START_TEST(test_master_killed_under_load)
     /* Failures only until the failover is visible: the library notices by
      * MOVED/refresh on connection loss, at worst at the next periodic
      * refresh (5 s). */
-    ck_assert_msg(atomic_load(&last_vfail_ms) <= promoted_ms + rcpc_scale(6000),
+    ck_assert_msg(atomic_load(&last_vfail_ms) <= promoted_ms + rcptest_scale(6000),
                   "writes to the dead master's slots still failed %lld ms after the promotion",
                   (long long)(atomic_load(&last_vfail_ms) - promoted_ms));
 
@@ -365,16 +367,16 @@ START_TEST(test_master_killed_under_load)
     ck_assert_msg(rcpc_restart(&cl, victim, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(rcpc_wait_ok(&cl, 60, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(rcpc_role_is_master(victim), 0);
-    deadline = rcpc_now_ms() + rcpc_scale(20000);
+    deadline = rcptest_now_ms() + rcptest_scale(20000);
     for (;;) {
         int found = rcpc_node_info(h, victim, &ni);
         if (found && ni.in_map && !ni.is_master)
             break;
-        ck_assert_msg(rcpc_now_ms() < deadline,
+        ck_assert_msg(rcptest_now_ms() < deadline,
                       "restarted node %d not in the handle's map as a replica (found %d in_map %d "
                       "is_master %d)",
                       victim, found, ni.in_map, ni.is_master);
-        rcpc_sleep_ms(100);
+        rcptest_sleep_ms(100);
     }
     {
         uint64_t before = ni.conn.requests;
@@ -390,7 +392,7 @@ START_TEST(test_master_killed_under_load)
                 continue;
             r = rcp_cluster_command(h, "GET %s", key);
             ck_assert_msg(rcpc_is_string(r, val), "GET %s after the rejoin: %s", key,
-                          rcpc_describe(r, d, sizeof d));
+                          rcptest_describe(r, d, sizeof d));
             rcp_reply_free(r);
             ok++;
         }
@@ -407,8 +409,7 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_demoted_master_redirects);
-    RCPC_ADD_TEST(tc, test_master_killed_under_load);
+    RCPTEST_ADD(tc, test_demoted_master_redirects, test_master_killed_under_load);
 }
 
 int main(void)

@@ -102,7 +102,8 @@ static void *storm_main(void *arg)
             atomic_fetch_add(&done, 1);
             if (!rcpc_is_status(b.r[i], "OK")) {
                 atomic_fetch_add(&failed, 1);
-                rcpc_problem_note(&prob, "SET %s: %s", keys[i], rcpc_describe(b.r[i], d, sizeof d));
+                rcpc_problem_note(&prob, "SET %s: %s", keys[i],
+                                  rcptest_describe(b.r[i], d, sizeof d));
             }
             rcp_reply_free(b.r[i]);
             b.r[i] = NULL;
@@ -111,7 +112,7 @@ static void *storm_main(void *arg)
             if (!rcpc_is_string(r, vals[i])) {
                 atomic_fetch_add(&failed, 1);
                 rcpc_problem_note(&prob, "GET %s: expected %s, got %s", keys[i], vals[i],
-                                  rcpc_describe(r, d, sizeof d));
+                                  rcptest_describe(r, d, sizeof d));
             }
             rcp_reply_free(r);
         }
@@ -157,28 +158,29 @@ static void storm(const char *what, rcpc_job *job)
     for (i = 0; i < NTHREADS; i++)
         ck_assert_int_eq(pthread_create(&th[i], NULL, storm_main, (void *)i), 0);
     pthread_barrier_wait(&barrier);
-    t0 = rcpc_now_ms();
+    t0 = rcptest_now_ms();
     if (job != NULL) {
         int64_t t_end;
-        while (!rcpc_job_poll(job) && rcpc_now_ms() - t0 < rcpc_scale(120) * 1000)
-            rcpc_sleep_ms(20);
+        while (!rcpc_job_poll(job) && rcptest_now_ms() - t0 < rcptest_scale(120) * 1000)
+            rcptest_sleep_ms(20);
         /* redis-cli may move the slots only in the last moments of its run
          * (a slow, sanitized client can send few requests by then): keep the
          * storm going until a redirect has been met, bounded. The map is
          * stale for the moved slots until one is met, so it will be. */
-        t_end = rcpc_now_ms();
+        t_end = rcptest_now_ms();
         for (;;) {
             rcp_cluster_stats mid;
             ck_assert_int_eq(rcp_cluster_get_stats(h, &mid), RCP_OK);
-            if (mid.moved + mid.ask > a.moved + a.ask || rcpc_now_ms() - t_end > rcpc_scale(5000))
+            if (mid.moved + mid.ask > a.moved + a.ask ||
+                rcptest_now_ms() - t_end > rcptest_scale(5000))
                 break;
-            rcpc_sleep_ms(20);
+            rcptest_sleep_ms(20);
         }
         atomic_store(&stop_flag, 1);
     }
     for (i = 0; i < NTHREADS; i++)
         pthread_join(th[i], NULL);
-    elapsed = rcpc_now_ms() - t0;
+    elapsed = rcptest_now_ms() - t0;
     if (job != NULL) {
         char err[4096];
         ck_assert_msg(rcpc_job_join(job, 1000, err, sizeof err) == 0, "%s", err);
@@ -358,7 +360,7 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_moved_storm);
+    RCPTEST_ADD(tc, test_moved_storm);
 }
 
 int main(void)

@@ -65,7 +65,7 @@ static long long int_of(rcp_reply *r, const char *what)
 {
     char d[512];
     long long v;
-    ck_assert_msg(r->type == RCP_REPLY_INTEGER, "%s: %s", what, rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(r->type == RCP_REPLY_INTEGER, "%s: %s", what, rcptest_describe(r, d, sizeof d));
     v = r->integer;
     rcp_reply_free(r);
     return v;
@@ -98,22 +98,22 @@ START_TEST(test_split_equals_single)
                 continue;
             snprintf(vals[i], sizeof vals[i], "v%d.%d", i, async);
             r = rcp_cluster_command(h, "SET %s %s", keys[i], vals[i]);
-            ck_assert_msg(rcpc_is_status(r, "OK"), "SET: %s", rcpc_describe(r, d, sizeof d));
+            ck_assert_msg(rcpc_is_status(r, "OK"), "SET: %s", rcptest_describe(r, d, sizeof d));
             rcp_reply_free(r);
         }
         nset = NRANDOM / 2;
 
         r = multi(async, "MGET", NRANDOM, keys, NULL);
         ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == NRANDOM, "MGET: %s",
-                      rcpc_describe(r, d, sizeof d));
+                      rcptest_describe(r, d, sizeof d));
         for (i = 0; i < NRANDOM; i++) {
             rcp_reply *one = rcp_cluster_command(h, "GET %s", keys[i]);
             if (one->type == RCP_REPLY_NIL)
-                ck_assert_msg(rcpc_is_nil(r->element[i]), "MGET[%d] %s: %s, GET says nil", i,
-                              keys[i], rcpc_describe(r->element[i], d, sizeof d));
+                ck_assert_msg(rcptest_is_nil(r->element[i]), "MGET[%d] %s: %s, GET says nil", i,
+                              keys[i], rcptest_describe(r->element[i], d, sizeof d));
             else
                 ck_assert_msg(rcpc_is_string(r->element[i], one->str), "MGET[%d] %s: %s, GET says %s",
-                              i, keys[i], rcpc_describe(r->element[i], d, sizeof d), one->str);
+                              i, keys[i], rcptest_describe(r->element[i], d, sizeof d), one->str);
             rcp_reply_free(one);
         }
         rcp_reply_free(r);
@@ -136,12 +136,12 @@ START_TEST(test_split_equals_single)
         for (i = 0; i < NRANDOM; i++)
             snprintf(vals[i], sizeof vals[i], "m%d.%d", i, async);
         r = multi(async, "mset", NRANDOM, keys, vals);
-        ck_assert_msg(rcpc_is_status(r, "OK"), "MSET: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcpc_is_status(r, "OK"), "MSET: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         for (i = 0; i < NRANDOM; i++) {
             r = rcp_cluster_command(h, "GET %s", keys[i]);
             ck_assert_msg(rcpc_is_string(r, vals[i]), "GET %s after MSET: %s", keys[i],
-                          rcpc_describe(r, d, sizeof d));
+                          rcptest_describe(r, d, sizeof d));
             rcp_reply_free(r);
         }
         ck_assert_int_eq(int_of(multi(async, "DEL", NRANDOM, keys, NULL), "DEL all"), NRANDOM);
@@ -169,7 +169,7 @@ START_TEST(test_other_cross_slot_refused)
     open_handle();
     r = rcp_cluster_command(h, "SUNION a b");
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_CROSS_SLOT, "SUNION: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     snprintf(want, sizeof want, "slot %u", sa);
     ck_assert_msg(strstr(r->str, want) != NULL, "message does not name slot %u: %s", sa, r->str);
     snprintf(want, sizeof want, "slot %u", sb);
@@ -178,11 +178,11 @@ START_TEST(test_other_cross_slot_refused)
 
     r = rcp_cluster_command(h, "MSETNX a 1 b 2");
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_CROSS_SLOT, "MSETNX: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_cluster_command(h, "EXISTS a");
-    ck_assert_msg(rcpc_is_int(r, 0), "MSETNX must not have written: %s",
-                  rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 0), "MSETNX must not have written: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     memset(&f, 0, sizeof f);
@@ -190,10 +190,10 @@ START_TEST(test_other_cross_slot_refused)
     ck_assert_int_eq(rcp_cluster_send(h, &f, "RENAME a b"), RCP_ERR_CROSS_SLOT);
     /* Same slot (hash tag): not split, sent as one. */
     r = rcp_cluster_command(h, "MSET {t}a 1 {t}b 2");
-    ck_assert_msg(rcpc_is_status(r, "OK"), "MSET one slot: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcpc_is_status(r, "OK"), "MSET one slot: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_cluster_command(h, "DEL {t}a {t}b");
-    ck_assert_msg(rcpc_is_int(r, 2), "DEL one slot: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 2), "DEL one slot: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     close_handle();
 }
@@ -243,24 +243,24 @@ static void *worker_main(void *arg)
                     w->version[idx[i]]++;
             } else {
                 w->failures++;
-                rcpc_problem_note(&prob, "MSET: %s", rcpc_describe(r, d, sizeof d));
+                rcpc_problem_note(&prob, "MSET: %s", rcptest_describe(r, d, sizeof d));
             }
         } else if (op == 1) {
             r = multi(async, "MGET", PICK, keys, NULL);
             if (r->type != RCP_REPLY_ARRAY || r->elements != PICK) {
                 w->failures++;
-                rcpc_problem_note(&prob, "MGET: %s", rcpc_describe(r, d, sizeof d));
+                rcpc_problem_note(&prob, "MGET: %s", rcptest_describe(r, d, sizeof d));
             } else {
                 for (i = 0; i < PICK; i++) {
                     int ok;
                     snprintf(vals[i], sizeof vals[i], "%ld", w->version[idx[i]]);
                     ok = w->version[idx[i]] ? rcpc_is_string(r->element[i], vals[i])
-                                            : rcpc_is_nil(r->element[i]);
+                                            : rcptest_is_nil(r->element[i]);
                     if (!ok) {
                         w->failures++;
                         rcpc_problem_note(&prob, "MGET[%d] %s: expected %s, got %s", i, keys[i],
                                           w->version[idx[i]] ? vals[i] : "nil",
-                                          rcpc_describe(r->element[i], d, sizeof d));
+                                          rcptest_describe(r->element[i], d, sizeof d));
                         break;
                     }
                 }
@@ -269,10 +269,10 @@ static void *worker_main(void *arg)
             for (i = 0; i < PICK; i++)
                 want += w->version[idx[i]] != 0;
             r = multi(async, op == 2 ? "EXISTS" : "DEL", PICK, keys, NULL);
-            if (!rcpc_is_int(r, want)) {
+            if (!rcptest_is_int(r, want)) {
                 w->failures++;
                 rcpc_problem_note(&prob, "%s: expected %lld, got %s", op == 2 ? "EXISTS" : "DEL",
-                                  want, rcpc_describe(r, d, sizeof d));
+                                  want, rcptest_describe(r, d, sizeof d));
             }
             if (op == 3 && r->type == RCP_REPLY_INTEGER)
                 for (i = 0; i < PICK; i++)
@@ -308,11 +308,11 @@ START_TEST(test_split_during_reshard)
         workers[t].id = t;
         ck_assert_int_eq(pthread_create(&workers[t].th, NULL, worker_main, &workers[t]), 0);
     }
-    rcpc_sleep_ms(300);
+    rcptest_sleep_ms(300);
     rc = rcpc_reshard(&cl, from, to, MOVE_SLOTS, err, sizeof err);
     if (rc == 0)
         rc = rcpc_reshard(&cl, to, from, MOVE_SLOTS, err, sizeof err);
-    rcpc_sleep_ms(300);
+    rcptest_sleep_ms(300);
     atomic_store(&stop_flag, 1);
     for (t = 0; t < NTHREADS; t++) {
         pthread_join(workers[t].th, NULL);
@@ -331,9 +331,8 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_split_equals_single);
-    RCPC_ADD_TEST(tc, test_other_cross_slot_refused);
-    RCPC_ADD_TEST(tc, test_split_during_reshard);
+    RCPTEST_ADD(tc, test_split_equals_single, test_other_cross_slot_refused,
+                test_split_during_reshard);
 }
 
 int main(void)

@@ -41,33 +41,34 @@ START_TEST(test_node_wide)
     for (i = 0; i < n; i++) {
         ck_assert_msg(nr[i].is_master, "%s listed as a master", nr[i].addr);
         ck_assert_msg(rcpc_is_status(nr[i].reply, "OK"), "FLUSHALL on %s: %s", nr[i].addr,
-                      rcpc_describe(nr[i].reply, d, sizeof d));
+                      rcptest_describe(nr[i].reply, d, sizeof d));
     }
     rcp_cluster_node_replies_free(nr, n);
 
     for (i = 0; i < 500; i++) {
         rcp_reply *r = rcp_cluster_command(h, "SET nw:%d x", (int)i);
-        ck_assert_msg(rcpc_is_status(r, "OK"), "SET: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcpc_is_status(r, "OK"), "SET: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     n = on_nodes(RCP_NODES_MASTERS, nr, 16, "DBSIZE", NULL, NULL);
     ck_assert_uint_eq(n, 3);
     for (i = 0; i < n; i++) {
         ck_assert_msg(nr[i].reply->type == RCP_REPLY_INTEGER, "DBSIZE on %s: %s", nr[i].addr,
-                      rcpc_describe(nr[i].reply, d, sizeof d));
+                      rcptest_describe(nr[i].reply, d, sizeof d));
         ck_assert_msg(nr[i].reply->integer > 0, "%s holds no key of 500", nr[i].addr);
         sum += nr[i].reply->integer;
     }
     rcp_cluster_node_replies_free(nr, n);
     ck_assert_int_eq(sum, 500);
 
-    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0, "replicas not in sync");
+    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcptest_scale(15000)) == 0,
+                  "replicas not in sync");
     n = on_nodes(RCP_NODES_ALL, nr, 16, "DBSIZE", NULL, NULL);
     ck_assert_uint_eq(n, 6);
     sum = 0;
     for (i = 0; i < n; i++) {
         ck_assert_msg(nr[i].reply->type == RCP_REPLY_INTEGER, "DBSIZE on %s: %s", nr[i].addr,
-                      rcpc_describe(nr[i].reply, d, sizeof d));
+                      rcptest_describe(nr[i].reply, d, sizeof d));
         masters += nr[i].is_master;
         sum += nr[i].reply->integer;
     }
@@ -79,7 +80,8 @@ START_TEST(test_node_wide)
     ck_assert_uint_eq(n, 3);
     for (i = 0; i < n; i++) {
         ck_assert_msg(nr[i].reply->type == RCP_REPLY_STRING && nr[i].reply->len == 40,
-                      "SCRIPT LOAD on %s: %s", nr[i].addr, rcpc_describe(nr[i].reply, d, sizeof d));
+                      "SCRIPT LOAD on %s: %s", nr[i].addr,
+                      rcptest_describe(nr[i].reply, d, sizeof d));
         ck_assert_str_eq(nr[i].reply->str, nr[0].reply->str);
     }
     rcp_cluster_node_replies_free(nr, n);
@@ -91,7 +93,8 @@ START_TEST(test_node_wide)
     for (i = 0; i < 2; i++) {
         ck_assert_msg(nr[i].reply->type == RCP_REPLY_ARRAY && nr[i].reply->elements == 2 &&
                           rcpc_is_string(nr[i].reply->element[1], "yes"),
-                      "CONFIG GET on %s: %s", nr[i].addr, rcpc_describe(nr[i].reply, d, sizeof d));
+                      "CONFIG GET on %s: %s", nr[i].addr,
+                      rcptest_describe(nr[i].reply, d, sizeof d));
     }
     rcp_cluster_node_replies_free(nr, 2);
 
@@ -125,7 +128,7 @@ static int scan_all(const char *match, long count, const char *type, unsigned ch
         }
         rcp_reply_free(keys);
     }
-    ck_assert_msg(rc == 0, "scan: %s", rcpc_describe(keys, d, sizeof d));
+    ck_assert_msg(rc == 0, "scan: %s", rcptest_describe(keys, d, sizeof d));
     ck_assert_ptr_null(keys);
     rcp_cluster_scan_free(s);
     return total;
@@ -140,7 +143,7 @@ START_TEST(test_scan)
     h = rcpc_open_default(&cl);
     for (i = 0; i < NSCAN; i++) {
         rcp_reply *r = rcp_cluster_command(h, i % 10 ? "SET sc:%d v" : "RPUSH sc:%d v", i);
-        ck_assert_msg(!rcp_reply_is_error(r), "write: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(!rcp_reply_is_error(r), "write: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     for (i = 0; i < 10; i++) {
@@ -182,8 +185,7 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_node_wide);
-    RCPC_ADD_TEST(tc, test_scan);
+    RCPTEST_ADD(tc, test_node_wide, test_scan);
 }
 
 int main(void)

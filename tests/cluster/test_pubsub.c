@@ -83,7 +83,7 @@ static void on_event(const rcp_event *ev, void *data)
     if (ev->type != RCP_EVENT_PUBSUB_RESUBSCRIBED && ev->type != RCP_EVENT_PUBSUB_INTERRUPTED)
         return;
     if (getenv("RCP_CL_EVENTS"))
-        fprintf(stderr, "[%lld] pubsub event %d: %s\n", (long long)rcpc_now_ms(), ev->type,
+        fprintf(stderr, "[%lld] pubsub event %d: %s\n", (long long)rcptest_now_ms(), ev->type,
                 ev->message);
     pthread_mutex_lock(&ev_lock);
     if (ev->type == RCP_EVENT_PUBSUB_RESUBSCRIBED && strstr(ev->message, "channel 'news'") &&
@@ -208,7 +208,7 @@ static void *publisher_main(void *arg)
         int i;
         for (i = 0; i < nch; i++)
             publish_one(p->h, i);
-        rcpc_sleep_ms(5);
+        rcptest_sleep_ms(5);
     }
     return NULL;
 }
@@ -229,7 +229,7 @@ static void tally(int i, int *uncounted, int *failed)
 /* Waits (bounded) until every counted message has arrived. */
 static void wait_delivered(int timeout_ms)
 {
-    int64_t deadline = rcpc_now_ms() + timeout_ms;
+    int64_t deadline = rcptest_now_ms() + timeout_ms;
     for (;;) {
         int i, s, missing = 0;
         for (i = 0; i < nch; i++) {
@@ -238,9 +238,9 @@ static void wait_delivered(int timeout_ms)
                 if (chs[i].result[s] >= 1 && atomic_load(&chs[i].recv[s]) == 0)
                     missing++;
         }
-        if (missing == 0 || rcpc_now_ms() > deadline)
+        if (missing == 0 || rcptest_now_ms() > deadline)
             return;
-        rcpc_sleep_ms(20);
+        rcptest_sleep_ms(20);
     }
 }
 
@@ -249,12 +249,12 @@ static void wait_delivered(int timeout_ms)
 static void finish_publishing(struct publisher *p, int i)
 {
     int target = atomic_load(&chs[i].resub_seq) + 50;
-    int64_t deadline = rcpc_now_ms() + rcpc_scale(20000);
-    while (atomic_load(&chs[i].next) < target && rcpc_now_ms() < deadline)
-        rcpc_sleep_ms(20);
+    int64_t deadline = rcptest_now_ms() + rcptest_scale(20000);
+    while (atomic_load(&chs[i].next) < target && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(20);
     atomic_store(&p->stop, 1);
     pthread_join(p->th, NULL);
-    wait_delivered(rcpc_scale(5000));
+    wait_delivered(rcptest_scale(5000));
 }
 
 /* The rules every channel obeys; from_seq[i]: the first seq from which
@@ -307,7 +307,7 @@ static void check_after(int i, int from, const char *phase)
 static int wait_resub(int i, int port, int timeout_ms)
 {
     char want[64];
-    int64_t deadline = rcpc_now_ms() + timeout_ms;
+    int64_t deadline = rcptest_now_ms() + timeout_ms;
     snprintf(want, sizeof want, "on 127.0.0.1:%d ", port);
     for (;;) {
         int ok;
@@ -316,9 +316,9 @@ static int wait_resub(int i, int port, int timeout_ms)
         pthread_mutex_unlock(&ev_lock);
         if (ok)
             return 0;
-        if (rcpc_now_ms() > deadline)
+        if (rcptest_now_ms() > deadline)
             return -1;
-        rcpc_sleep_ms(20);
+        rcptest_sleep_ms(20);
     }
 }
 
@@ -420,10 +420,10 @@ START_TEST(test_classic_any_node)
         n++;
     }
     ck_assert_int_ge(n, 6);
-    deadline = rcpc_now_ms() + rcpc_scale(10000);
+    deadline = rcptest_now_ms() + rcptest_scale(10000);
     while ((atomic_load(&classic_msgs) < n || atomic_load(&pattern_msgs) < n) &&
-           rcpc_now_ms() < deadline)
-        rcpc_sleep_ms(20);
+           rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(20);
     ck_assert_msg(atomic_load(&classic_msgs) == n && atomic_load(&pattern_msgs) == n,
                   "PUBLISH on %d nodes: %d channel and %d pattern messages arrived", n,
                   atomic_load(&classic_msgs), atomic_load(&pattern_msgs));
@@ -437,7 +437,7 @@ START_TEST(test_classic_any_node)
     ck_assert_msg(rr && rr->type == REDIS_REPLY_INTEGER && rr->integer >= 1,
                   "CLIENT KILL TYPE pubsub on %d killed nothing", m);
     freeReplyObject(rr);
-    deadline = rcpc_now_ms() + rcpc_scale(10000);
+    deadline = rcptest_now_ms() + rcptest_scale(10000);
     for (;;) {
         int got;
         pthread_mutex_lock(&ev_lock);
@@ -445,11 +445,12 @@ START_TEST(test_classic_any_node)
         pthread_mutex_unlock(&ev_lock);
         if (got)
             break;
-        ck_assert_msg(rcpc_now_ms() < deadline, "no resubscribe event for 'news' after the kill");
-        rcpc_sleep_ms(20);
+        ck_assert_msg(rcptest_now_ms() < deadline,
+                      "no resubscribe event for 'news' after the kill");
+        rcptest_sleep_ms(20);
     }
     /* The pattern may be confirmed a moment after the channel. */
-    deadline = rcpc_now_ms() + rcpc_scale(10000);
+    deadline = rcptest_now_ms() + rcptest_scale(10000);
     for (;;) {
         rr = rcpc_ask(m, "PUBSUB NUMPAT");
         ck_assert_msg(rr && rr->type == REDIS_REPLY_INTEGER, "PUBSUB NUMPAT");
@@ -457,17 +458,17 @@ START_TEST(test_classic_any_node)
         freeReplyObject(rr);
         if (i == 1)
             break;
-        ck_assert_msg(rcpc_now_ms() < deadline, "pattern not resubscribed on %d", m);
-        rcpc_sleep_ms(20);
+        ck_assert_msg(rcptest_now_ms() < deadline, "pattern not resubscribed on %d", m);
+        rcptest_sleep_ms(20);
     }
     rr = rcpc_ask(env.port[env.n - 1], "PUBLISH news again");
     freeReplyObject(rr);
     rr = rcpc_ask(env.port[env.n - 1], "PUBLISH news.y again");
     freeReplyObject(rr);
-    deadline = rcpc_now_ms() + rcpc_scale(10000);
+    deadline = rcptest_now_ms() + rcptest_scale(10000);
     while ((atomic_load(&classic_msgs) < n + 1 || atomic_load(&pattern_msgs) < n + 1) &&
-           rcpc_now_ms() < deadline)
-        rcpc_sleep_ms(20);
+           rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(20);
     ck_assert_msg(atomic_load(&classic_msgs) == n + 1 && atomic_load(&pattern_msgs) == n + 1,
                   "after the reconnect: %d channel and %d pattern messages (want %d)",
                   atomic_load(&classic_msgs), atomic_load(&pattern_msgs), n + 1);
@@ -479,9 +480,9 @@ START_TEST(test_classic_any_node)
     freeReplyObject(rr);
     rr = rcpc_ask(m, "PUBLISH news.z after");
     freeReplyObject(rr);
-    deadline = rcpc_now_ms() + rcpc_scale(10000);
-    while (atomic_load(&pattern_msgs) < n + 2 && rcpc_now_ms() < deadline)
-        rcpc_sleep_ms(20);
+    deadline = rcptest_now_ms() + rcptest_scale(10000);
+    while (atomic_load(&pattern_msgs) < n + 2 && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(20);
     ck_assert_int_eq(atomic_load(&pattern_msgs), n + 2);
     ck_assert_int_eq(atomic_load(&news_after_unsub), 0);
     rcp_pubsub_close(ps);
@@ -536,7 +537,7 @@ START_TEST(test_ssubscribe_reshard)
     pub.h = h;
     atomic_store(&pub.stop, 0);
     ck_assert_int_eq(pthread_create(&pub.th, NULL, publisher_main, &pub), 0);
-    rcpc_sleep_ms(300);
+    rcptest_sleep_ms(300);
     ck_assert_msg(rcpc_reshard(&cl, t.node[src].port, t.node[dst].port, 2, err, sizeof err) == 0,
                   "%s", err);
     ck_assert_int_eq(rcpc_topology(t.node[dst].port, &t2), 0);
@@ -544,7 +545,7 @@ START_TEST(test_ssubscribe_reshard)
     ck_assert_msg(o >= 0 && t2.node[o].port == t.node[dst].port,
                   "slot %d did not move to %d (reshard moved other slots)", moved_slot,
                   t.node[dst].port);
-    ck_assert_msg(wait_resub(cmoved, t.node[dst].port, rcpc_scale(15000)) == 0,
+    ck_assert_msg(wait_resub(cmoved, t.node[dst].port, rcptest_scale(15000)) == 0,
                   "no resubscribe event naming %s on %d (last: %s)", chs[cmoved].name,
                   t.node[dst].port, chs[cmoved].resub_msg);
     finish_publishing(&pub, cmoved);
@@ -582,7 +583,7 @@ START_TEST(test_ssubscribe_reshard)
                      RCP_OK);
     {
         rcp_reply *r = rcp_cluster_command(h, "SPUBLISH %s x", chs[cother].name);
-        ck_assert_msg(rcpc_is_int(r, 0), "SPUBLISH after SUNSUBSCRIBE counted a subscriber");
+        ck_assert_msg(rcptest_is_int(r, 0), "SPUBLISH after SUNSUBSCRIBE counted a subscriber");
         rcp_reply_free(r);
     }
     rcp_pubsub_close(ps);
@@ -615,11 +616,12 @@ START_TEST(test_ssubscribe_failover)
     ps = open_ps(h, NULL);
     for (i = 0; i < nch; i++)
         ck_assert_int_eq(rcp_pubsub_ssubscribe(ps, chs[i].name, strlen(chs[i].name)), RCP_OK);
-    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0, "replicas not in sync");
+    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcptest_scale(15000)) == 0,
+                  "replicas not in sync");
     /* Before: 30 rounds, all counted, all delivered. */
     for (i = 0; i < 30 * nch; i++)
         publish_one(h, i % nch);
-    wait_delivered(rcpc_scale(5000));
+    wait_delivered(rcptest_scale(5000));
     for (i = 0; i < nch; i++)
         from[i] = 0;
     check_channels(from, "before the kill");
@@ -629,15 +631,15 @@ START_TEST(test_ssubscribe_failover)
     pub.h = h;
     atomic_store(&pub.stop, 0);
     ck_assert_int_eq(pthread_create(&pub.th, NULL, publisher_main, &pub), 0);
-    rcpc_sleep_ms(200);
+    rcptest_sleep_ms(200);
     kill_seq = atomic_load(&chs[cvictim].next);
     from[cvictim2] = atomic_load(&chs[cvictim2].next);
     from[cvictim] = kill_seq;
     ck_assert_msg(rcpc_kill(&cl, t.node[vm].port, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(wait_resub(cvictim, t.node[vr].port, rcpc_scale(30000)) == 0,
+    ck_assert_msg(wait_resub(cvictim, t.node[vr].port, rcptest_scale(30000)) == 0,
                   "no resubscribe event naming %s on the promoted replica %d (last: %s)",
                   chs[cvictim].name, t.node[vr].port, chs[cvictim].resub_msg);
-    ck_assert_msg(wait_resub(cvictim2, t.node[vr].port, rcpc_scale(10000)) == 0,
+    ck_assert_msg(wait_resub(cvictim2, t.node[vr].port, rcptest_scale(10000)) == 0,
                   "no resubscribe event naming %s on %d (last: %s)", chs[cvictim2].name,
                   t.node[vr].port, chs[cvictim2].resub_msg);
     finish_publishing(&pub, cvictim);
@@ -671,10 +673,9 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_bad_arguments);
-    RCPC_ADD_TEST(tc, test_classic_any_node);
-    RCPC_ADD_TEST(tc, test_ssubscribe_reshard);
-    RCPC_ADD_TEST(tc, test_ssubscribe_failover); /* last: leaves a master down */
+    /* test_ssubscribe_failover last: it leaves a master down. */
+    RCPTEST_ADD(tc, test_bad_arguments, test_classic_any_node, test_ssubscribe_reshard,
+                test_ssubscribe_failover);
 }
 
 int main(void)

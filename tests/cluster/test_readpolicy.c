@@ -126,10 +126,10 @@ static void *worker(void *arg)
 {
     struct job *j = arg;
     unsigned rnd = (unsigned)(uintptr_t)&rnd;
-    int64_t end = rcpc_now_ms() + j->duration_ms;
+    int64_t end = rcptest_now_ms() + j->duration_ms;
     long n;
 
-    for (n = 0; j->count ? n < j->count : rcpc_now_ms() < end; n++) {
+    for (n = 0; j->count ? n < j->count : rcptest_now_ms() < end; n++) {
         char key[32], val[32], d[256];
         const char *argv[3];
         rcp_reply *r;
@@ -150,7 +150,7 @@ static void *worker(void *arg)
         }
         if (j->write ? !rcpc_is_status(r, "OK") : !rcpc_is_string(r, val)) {
             atomic_fetch_add(&j->bad, 1);
-            rcpc_problem_note(&prob, "%s %s: %s", argv[0], key, rcpc_describe(r, d, sizeof d));
+            rcpc_problem_note(&prob, "%s %s: %s", argv[0], key, rcptest_describe(r, d, sizeof d));
         }
         rcp_reply_free(r);
         atomic_fetch_add(&j->done, 1);
@@ -203,10 +203,11 @@ static void preload(void)
     for (i = 0; i < NPRELOAD; i++) {
         char d[256];
         rcp_reply *r = rcp_cluster_command(h, "SET rp:%d v%d", i, i);
-        ck_assert_msg(rcpc_is_status(r, "OK"), "preload: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcpc_is_status(r, "OK"), "preload: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
-    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0, "replicas not in sync");
+    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcptest_scale(15000)) == 0,
+                  "replicas not in sync");
 }
 
 START_TEST(test_prefer_replica)
@@ -237,7 +238,7 @@ START_TEST(test_master_and_replicas)
 
     open_handle(RCP_READ_MASTER_AND_REPLICAS, 5);
     preload();
-    d = run("MASTER_AND_REPLICAS GET", 0, -1, rcpc_scale(1500), 0);
+    d = run("MASTER_AND_REPLICAS GET", 0, -1, rcptest_scale(1500), 0);
     total = d.masters + d.replicas;
     ck_assert_msg(d.masters * 10 >= total && d.replicas * 10 >= total,
                   "MASTER_AND_REPLICAS: masters %llu, replicas %llu: not spread",
@@ -325,11 +326,8 @@ END_TEST
 static void add_tests(TCase *tc)
 {
     tcase_add_checked_fixture(tc, setup, teardown);
-    RCPC_ADD_TEST(tc, test_prefer_replica);
-    RCPC_ADD_TEST(tc, test_master_and_replicas);
-    RCPC_ADD_TEST(tc, test_master_only);
-    RCPC_ADD_TEST(tc, test_per_request_policy);
-    RCPC_ADD_TEST(tc, test_nearest);
+    RCPTEST_ADD(tc, test_prefer_replica, test_master_and_replicas, test_master_only,
+                test_per_request_policy, test_nearest);
 }
 
 int main(void)

@@ -91,7 +91,7 @@ static void *worker_main(void *arg)
             } else {
                 w->failures++;
                 rcpc_problem_note(&prob, "thread %d: SET %s: %s", w->id, key,
-                                  rcpc_describe(r, d, sizeof d));
+                                  rcptest_describe(r, d, sizeof d));
             }
         } else if (op == 1) {
             key_of(key, sizeof key, w->id, i);
@@ -99,10 +99,10 @@ static void *worker_main(void *arg)
             argv[0] = "GET";
             argv[1] = key;
             r = call(w, 2, argv);
-            if (w->version[i] == 0 ? !rcpc_is_nil(r) : !rcpc_is_string(r, val)) {
+            if (w->version[i] == 0 ? !rcptest_is_nil(r) : !rcpc_is_string(r, val)) {
                 w->failures++;
                 rcpc_problem_note(&prob, "thread %d: GET %s: expected %s, got %s", w->id, key,
-                                  w->version[i] ? val : "nil", rcpc_describe(r, d, sizeof d));
+                                  w->version[i] ? val : "nil", rcptest_describe(r, d, sizeof d));
             }
         } else {
             int c = i % NCOUNTERS;
@@ -110,12 +110,12 @@ static void *worker_main(void *arg)
             argv[0] = "INCR";
             argv[1] = key;
             r = call(w, 2, argv);
-            if (rcpc_is_int(r, w->count[c] + 1)) {
+            if (rcptest_is_int(r, w->count[c] + 1)) {
                 w->count[c]++;
             } else {
                 w->failures++;
                 rcpc_problem_note(&prob, "thread %d: INCR %s: expected %lld, got %s", w->id, key,
-                                  w->count[c] + 1, rcpc_describe(r, d, sizeof d));
+                                  w->count[c] + 1, rcptest_describe(r, d, sizeof d));
                 /* Resynchronise with the server so one problem is not
                  * reported as thousands. */
                 if (r != NULL && r->type == RCP_REPLY_INTEGER)
@@ -144,18 +144,20 @@ static int reshard_under_load(int from, int to, char *err, size_t errlen)
 {
     char f[16], t[16], n[16];
     const char *args[] = {f, t, n, NULL};
-    rcpc_job j;
 
     snprintf(f, sizeof f, "%d", from);
     snprintf(t, sizeof t, "%d", to);
     snprintf(n, sizeof n, "%d", MOVE_SLOTS);
-    if (rcpc_job_start(&j, &cl, "reshard", args) != 0) {
-        snprintf(err, errlen, "could not start the reshard job");
-        return -1;
-    }
-    while (!rcpc_job_poll(&j) && rcpc_now_ms() - j.started_ms < rcpc_scale(240) * 1000)
-        rcpc_sleep_ms(100);
-    return rcpc_job_join(&j, 1000, err, errlen);
+    return rcpc_job_run(&cl, "reshard", args, 240, err, errlen);
+}
+
+static void stop_workers(void)
+{
+    int t;
+
+    atomic_store(&stop_flag, 1);
+    for (t = 0; t < NTHREADS; t++)
+        pthread_join(workers[t].th, NULL);
 }
 
 START_TEST(test_reshard_under_load)
@@ -196,28 +198,23 @@ START_TEST(test_reshard_under_load)
         workers[t].rnd = 777u + (unsigned)t * 7919u;
         ck_assert_int_eq(pthread_create(&workers[t].th, NULL, worker_main, &workers[t]), 0);
     }
-    rcpc_sleep_ms(500);
+    rcptest_sleep_ms(500);
 
-    t0 = rcpc_now_ms();
+    t0 = rcptest_now_ms();
     if (reshard_under_load(from, to, err, sizeof err) != 0) {
-        atomic_store(&stop_flag, 1);
-        for (t = 0; t < NTHREADS; t++)
-            pthread_join(workers[t].th, NULL);
+        stop_workers();
         ck_abort_msg("reshard %d -> %d: %s", from, to, err);
     }
     ck_assert_msg(slots_of(to) >= 2 * MOVE_SLOTS - 1, "after the reshard %d has %d slots", to,
                   slots_of(to));
     if (reshard_under_load(to, from, err, sizeof err) != 0) {
-        atomic_store(&stop_flag, 1);
-        for (t = 0; t < NTHREADS; t++)
-            pthread_join(workers[t].th, NULL);
+        stop_workers();
         ck_abort_msg("reshard %d -> %d: %s", to, from, err);
     }
     ck_assert_int_eq(slots_of(from), MOVE_SLOTS);
-    rcpc_sleep_ms(500);
-    atomic_store(&stop_flag, 1);
+    rcptest_sleep_ms(500);
+    stop_workers();
     for (t = 0; t < NTHREADS; t++) {
-        pthread_join(workers[t].th, NULL);
         ops += workers[t].ops;
         failures += workers[t].failures;
     }
@@ -225,7 +222,7 @@ START_TEST(test_reshard_under_load)
     fprintf(stderr,
             "reshard: %ld requests in %lld ms, %ld failed; moved %llu ask %llu "
             "refreshes forced %llu periodic %llu map_version %llu\n",
-            ops, (long long)(rcpc_now_ms() - t0), failures, (unsigned long long)st.moved,
+            ops, (long long)(rcptest_now_ms() - t0), failures, (unsigned long long)st.moved,
             (unsigned long long)st.ask, (unsigned long long)st.refreshes_forced,
             (unsigned long long)st.refreshes_periodic, (unsigned long long)st.map_version);
     ck_assert_msg(failures == 0 && rcpc_problem_count(&prob) == 0,
@@ -236,30 +233,16 @@ START_TEST(test_reshard_under_load)
     /* Everything acknowledged reads back. */
     for (t = 0; t < NTHREADS; t++) {
         for (i = 0; i < NKEYS; i++) {
-            char key[64], val[64], d[256];
-            rcp_reply *r;
+            char key[64], val[64];
             key_of(key, sizeof key, t, i);
             snprintf(val, sizeof val, "%d.%d.%ld", t, i, workers[t].version[i]);
-            r = rcp_cluster_command(h, "GET %s", key);
-            ck_assert_msg(workers[t].version[i] == 0 ? rcpc_is_nil(r) : rcpc_is_string(r, val),
-                          "final GET %s: expected %s, got %s", key, val,
-                          rcpc_describe(r, d, sizeof d));
-            rcp_reply_free(r);
+            rcpc_assert_get(h, "final GET", key, workers[t].version[i] == 0 ? NULL : val);
         }
         for (i = 0; i < NCOUNTERS; i++) {
-            char key[64], d[256];
-            rcp_reply *r;
+            char key[64], want[32];
             counter_of(key, sizeof key, t, i);
-            r = rcp_cluster_command(h, "GET %s", key);
-            if (workers[t].count[i] == 0) {
-                ck_assert_msg(rcpc_is_nil(r), "counter %s: %s", key, rcpc_describe(r, d, sizeof d));
-            } else {
-                char want[32];
-                snprintf(want, sizeof want, "%lld", workers[t].count[i]);
-                ck_assert_msg(rcpc_is_string(r, want), "counter %s: expected %s, got %s", key,
-                              want, rcpc_describe(r, d, sizeof d));
-            }
-            rcp_reply_free(r);
+            snprintf(want, sizeof want, "%lld", workers[t].count[i]);
+            rcpc_assert_get(h, "counter", key, workers[t].count[i] == 0 ? NULL : want);
         }
     }
     rcp_cluster_close(h);
@@ -269,7 +252,7 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_reshard_under_load);
+    RCPTEST_ADD(tc, test_reshard_under_load);
 }
 
 int main(void)

@@ -57,10 +57,10 @@ START_TEST(test_set_get_all_slots)
         snprintf(key, sizeof key, "route:%d", i);
         snprintf(val, sizeof val, "v%d-%d", i, i * 7);
         r = rcp_cluster_command(h, "SET %s %s", key, val);
-        ck_assert_msg(rcpc_is_status(r, "OK"), "SET %s: %s", key, rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcpc_is_status(r, "OK"), "SET %s: %s", key, rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         r = rcp_cluster_command(h, "GET %s", key);
-        ck_assert_msg(rcpc_is_string(r, val), "GET %s: %s", key, rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcpc_is_string(r, val), "GET %s: %s", key, rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         hits[rcpc_slot_owner(&t, rcp_keyslot(key, strlen(key)))]++;
     }
@@ -106,24 +106,25 @@ START_TEST(test_same_slot_multikey)
         snprintf(b, sizeof b, "{user%d}:b", tag);
         snprintf(c, sizeof c, "{user%d}:c", tag);
         r = rcp_cluster_command(h, "MSET %s 1 %s 2 %s 3", a, b, c);
-        ck_assert_msg(rcpc_is_status(r, "OK"), "MSET: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcpc_is_status(r, "OK"), "MSET: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         r = rcp_cluster_command(h, "MGET %s %s %s {user%d}:none", a, b, c, tag);
         ck_assert_msg(r != NULL && r->type == RCP_REPLY_ARRAY && r->elements == 4, "MGET: %s",
-                      rcpc_describe(r, d, sizeof d));
+                      rcptest_describe(r, d, sizeof d));
         ck_assert(rcpc_is_string(r->element[0], "1"));
         ck_assert(rcpc_is_string(r->element[1], "2"));
         ck_assert(rcpc_is_string(r->element[2], "3"));
-        ck_assert(rcpc_is_nil(r->element[3]));
+        ck_assert(rcptest_is_nil(r->element[3]));
         rcp_reply_free(r);
         r = rcp_cluster_command(h, "EXISTS %s %s %s", a, b, c);
-        ck_assert_msg(rcpc_is_int(r, 3), "EXISTS: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcptest_is_int(r, 3), "EXISTS: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         r = rcp_cluster_command(h, "DEL %s %s %s", a, b, c);
-        ck_assert_msg(rcpc_is_int(r, 3), "DEL: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcptest_is_int(r, 3), "DEL: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         r = rcp_cluster_command(h, "EXISTS %s %s", a, b);
-        ck_assert_msg(rcpc_is_int(r, 0), "EXISTS after DEL: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcptest_is_int(r, 0), "EXISTS after DEL: %s",
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
 }
@@ -164,7 +165,7 @@ START_TEST(test_cross_slot)
         int rc;
         ck_assert_msg(r != NULL && r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_CROSS_SLOT &&
                           r->str != NULL && r->len > 0,
-                      "%s cross-slot: %s", cmds[i][0], rcpc_describe(r, d, sizeof d));
+                      "%s cross-slot: %s", cmds[i][0], rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
 
         memset(&a, 0, sizeof a);
@@ -173,14 +174,14 @@ START_TEST(test_cross_slot)
         rc = rcp_cluster_send_argv(h, &a.f, argc, (const char **)cmds[i], NULL);
         ck_assert_msg(rc == RCP_ERR_CROSS_SLOT, "async %s cross-slot: returned %d (%s)", cmds[i][0],
                       rc, rcp_strerror(rc));
-        rcpc_sleep_ms(50);
+        rcptest_sleep_ms(50);
         ck_assert_int_eq(atomic_load(&a.calls), 0);
     }
     /* The same keys behind one hash tag are fine. */
     {
         rcp_reply *r = rcp_cluster_command(h, "MGET {cross}a {cross}b");
         ck_assert_msg(r != NULL && r->type == RCP_REPLY_ARRAY && r->elements == 2, "%s",
-                      rcpc_describe(r, d, sizeof d));
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
 }
@@ -196,25 +197,26 @@ START_TEST(test_keyless)
 
     for (i = 0; i < 20; i++) {
         r = rcp_cluster_command(h, "PING");
-        ck_assert_msg(rcpc_is_status(r, "PONG"), "PING: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcpc_is_status(r, "PONG"), "PING: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         r = rcp_cluster_command(h, "ECHO %s", "hello");
-        ck_assert_msg(rcpc_is_string(r, "hello"), "ECHO: %s", rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcpc_is_string(r, "hello"), "ECHO: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     r = rcp_cluster_command(h, "CLUSTER KEYSLOT %s", "somekey");
-    ck_assert_msg(rcpc_is_int(r, (long long)rcp_keyslot("somekey", 7)), "CLUSTER KEYSLOT: %s",
-                  rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, (long long)rcp_keyslot("somekey", 7)), "CLUSTER KEYSLOT: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     memset(&a, 0, sizeof a);
     a.f.resolve = on_resolve;
     a.f.data = &a;
     ck_assert_int_eq(rcp_cluster_send(h, &a.f, "PING"), RCP_OK);
-    for (i = 0; i < rcpc_scale(500) && atomic_load(&a.calls) == 0; i++)
-        rcpc_sleep_ms(10);
+    for (i = 0; i < rcptest_scale(500) && atomic_load(&a.calls) == 0; i++)
+        rcptest_sleep_ms(10);
     ck_assert_int_eq(atomic_load(&a.calls), 1);
-    ck_assert_msg(rcpc_is_status(a.r, "PONG"), "async PING: %s", rcpc_describe(a.r, d, sizeof d));
+    ck_assert_msg(rcpc_is_status(a.r, "PONG"), "async PING: %s",
+                  rcptest_describe(a.r, d, sizeof d));
     rcp_reply_free(a.r);
 }
 END_TEST
@@ -306,23 +308,23 @@ START_TEST(test_binary)
     lens[1] = sizeof key;
     lens[2] = sizeof val;
     r = rcp_cluster_command_argv(h, 3, argv, lens);
-    ck_assert_msg(rcpc_is_status(r, "OK"), "SET binary: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcpc_is_status(r, "OK"), "SET binary: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     argv[0] = "GET";
     lens[0] = 3;
     r = rcp_cluster_command_argv(h, 2, argv, lens);
     ck_assert_msg(r != NULL && r->type == RCP_REPLY_STRING && r->len == sizeof val &&
                       memcmp(r->str, val, sizeof val) == 0,
-                  "GET binary: %s", rcpc_describe(r, d, sizeof d));
+                  "GET binary: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_cluster_command(h, "GET %s", "no-such-key-here");
-    ck_assert_msg(rcpc_is_nil(r), "GET missing: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_nil(r), "GET missing: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     /* A server error keeps the server's text. */
     r = rcp_cluster_command(h, "INCR %b", key, sizeof key);
     ck_assert_msg(r != NULL && r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER &&
                       strstr(r->str, "not an integer") != NULL,
-                  "INCR on a non-number: %s", rcpc_describe(r, d, sizeof d));
+                  "INCR on a non-number: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 }
 END_TEST
@@ -434,15 +436,9 @@ END_TEST
 static void add_tests(TCase *tc)
 {
     tcase_add_checked_fixture(tc, setup, teardown);
-    RCPC_ADD_TEST(tc, test_set_get_all_slots);
-    RCPC_ADD_TEST(tc, test_same_slot_multikey);
-    RCPC_ADD_TEST(tc, test_cross_slot);
-    RCPC_ADD_TEST(tc, test_keyless);
-    RCPC_ADD_TEST(tc, test_keyslot_matches_server);
-    RCPC_ADD_TEST(tc, test_binary);
-    RCPC_ADD_TEST(tc, test_stats_nodes);
-    RCPC_ADD_TEST(tc, test_bootstrap);
-    RCPC_ADD_TEST(tc, test_threads);
+    RCPTEST_ADD(tc, test_set_get_all_slots, test_same_slot_multikey, test_cross_slot, test_keyless,
+                test_keyslot_matches_server, test_binary, test_stats_nodes, test_bootstrap,
+                test_threads);
 }
 
 int main(void)

@@ -27,11 +27,11 @@ static rcp_reply *run1(rcp_script *s, int flags, const char *key, const char *ar
 
 static int wait_master(int port, int want, int timeout_ms)
 {
-    int64_t deadline = rcpc_now_ms() + timeout_ms;
+    int64_t deadline = rcptest_now_ms() + timeout_ms;
     while (rcpc_role_is_master(port) != want) {
-        if (rcpc_now_ms() > deadline)
+        if (rcptest_now_ms() > deadline)
             return -1;
-        rcpc_sleep_ms(50);
+        rcptest_sleep_ms(50);
     }
     return 0;
 }
@@ -54,12 +54,12 @@ START_TEST(test_evalsha_fallback)
     rcp_reply_free(rcp_cluster_command(h, "DEL sc:n"));
 
     r = run1(s, 0, "sc:n", NULL);
-    ck_assert_msg(rcpc_is_int(r, 1), "first run: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 1), "first run: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_uint_eq(rcp_script_fallbacks(s), 1);
     for (k = 2; k <= 20; k++) {
         r = run1(s, 0, "sc:n", NULL);
-        ck_assert_msg(rcpc_is_int(r, k), "run %d: %s", k, rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcptest_is_int(r, k), "run %d: %s", k, rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     ck_assert_uint_eq(rcp_script_fallbacks(s), 1);
@@ -71,14 +71,16 @@ START_TEST(test_evalsha_fallback)
         ck_assert_uint_eq(n, 3);
         for (i = 0; i < n; i++)
             ck_assert_msg(rcpc_is_string(nr[i].reply, rcp_script_sha1(s)), "%s: %s vs ours %s",
-                          nr[i].addr, rcpc_describe(nr[i].reply, d, sizeof d), rcp_script_sha1(s));
+                          nr[i].addr, rcptest_describe(nr[i].reply, d, sizeof d),
+                          rcp_script_sha1(s));
         rcp_cluster_node_replies_free(nr, n);
     }
 
     /* SCRIPT FLUSH everywhere: one more fallback, same results. */
     rcp_cluster_node_replies_free(nr, rcp_cluster_command_nodes(h, RCP_NODES_ALL, nr, 8, 2, flush, NULL));
     r = run1(s, 0, "sc:n", NULL);
-    ck_assert_msg(rcpc_is_int(r, 21), "after SCRIPT FLUSH: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 21), "after SCRIPT FLUSH: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_uint_eq(rcp_script_fallbacks(s), 2);
 
@@ -91,19 +93,21 @@ START_TEST(test_evalsha_fallback)
         if (!t.node[k].is_master && t.node[k].master_port == t.node[owner].port)
             replica = t.node[k].port;
     ck_assert_int_ne(replica, 0);
-    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0, "replicas not in sync");
+    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcptest_scale(15000)) == 0,
+                  "replicas not in sync");
     {
         redisReply *rr = rcpc_ask(replica, "CLUSTER FAILOVER");
         ck_assert_msg(rr && rr->type == REDIS_REPLY_STATUS, "CLUSTER FAILOVER failed");
         freeReplyObject(rr);
     }
-    ck_assert_msg(wait_master(replica, 1, rcpc_scale(20000)) == 0, "%d not promoted", replica);
+    ck_assert_msg(wait_master(replica, 1, rcptest_scale(20000)) == 0, "%d not promoted", replica);
     r = run1(s, 0, "sc:n", NULL);
-    ck_assert_msg(rcpc_is_int(r, 22), "after the failover: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 22), "after the failover: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_uint_eq(rcp_script_fallbacks(s), 3);
     r = run1(s, 0, "sc:n", NULL);
-    ck_assert_msg(rcpc_is_int(r, 23), "again: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 23), "again: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_uint_eq(rcp_script_fallbacks(s), 3);
 
@@ -136,9 +140,10 @@ START_TEST(test_readonly_keyless_crossslot)
     h = rcpc_open(&o);
 
     r = run1(ss, 0, "sc:ro", "hello");
-    ck_assert_msg(rcpc_is_status(r, "OK"), "SET script: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcpc_is_status(r, "OK"), "SET script: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
-    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcpc_scale(15000)) == 0, "replicas not in sync");
+    ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcptest_scale(15000)) == 0,
+                  "replicas not in sync");
     {
         /* 20 read-only runs under PREFER_REPLICA land on the key's replica
          * (its request counter; a refresh may add one CLUSTER SLOTS). */
@@ -158,7 +163,7 @@ START_TEST(test_readonly_keyless_crossslot)
         for (i = 0; i < 20; i++) {
             r = run1(sg, RCP_SCRIPT_READONLY, "sc:ro", NULL);
             ck_assert_msg(rcpc_is_string(r, "hello"), "read-only GET script: %s",
-                          rcpc_describe(r, d, sizeof d));
+                          rcptest_describe(r, d, sizeof d));
             rcp_reply_free(r);
         }
         ck_assert_int_eq(rcpc_node_info(h, rep, &after), 1);
@@ -168,16 +173,16 @@ START_TEST(test_readonly_keyless_crossslot)
     }
     r = run1(ss, RCP_SCRIPT_READONLY, "sc:ro", "x");
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER,
-                  "a read-only script wrote: %s", rcpc_describe(r, d, sizeof d));
+                  "a read-only script wrote: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     r = run1(s7, 0, NULL, NULL);
-    ck_assert_msg(rcpc_is_int(r, 7), "keyless: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 7), "keyless: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     r = rcp_cluster_script_run(h, s7, 0, 2, keys, NULL, 0, NULL, NULL);
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_CROSS_SLOT, "two slots: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_cluster_script_run(h, NULL, 0, 0, NULL, NULL, 0, NULL, NULL);
     ck_assert_int_eq(r->err, RCP_ERR_INVALID);
@@ -210,7 +215,7 @@ START_TEST(test_fcall)
     n = rcp_cluster_command_nodes(h, RCP_NODES_MASTERS, nr, 8, 4, load, NULL);
     for (i = 0; i < n; i++)
         ck_assert_msg(rcpc_is_string(nr[i].reply, "rcptest"), "FUNCTION LOAD on %s: %s",
-                      nr[i].addr, rcpc_describe(nr[i].reply, d, sizeof d));
+                      nr[i].addr, rcptest_describe(nr[i].reply, d, sizeof d));
     rcp_cluster_node_replies_free(nr, n);
     for (k = 0; k < 50; k++) {
         char key[32], val[32];
@@ -218,7 +223,8 @@ START_TEST(test_fcall)
         snprintf(val, sizeof val, "v%d", k);
         rcp_reply_free(rcp_cluster_command(h, "SET %s %s", key, val));
         r = rcp_cluster_command(h, k % 2 ? "FCALL rcp_get 1 %s" : "FCALL_RO rcp_get_ro 1 %s", key);
-        ck_assert_msg(rcpc_is_string(r, val), "FCALL %s: %s", key, rcpc_describe(r, d, sizeof d));
+        ck_assert_msg(rcpc_is_string(r, val), "FCALL %s: %s", key,
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     rcp_cluster_close(h);
@@ -228,9 +234,7 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_readonly_keyless_crossslot);
-    RCPC_ADD_TEST(tc, test_fcall);
-    RCPC_ADD_TEST(tc, test_evalsha_fallback);
+    RCPTEST_ADD(tc, test_readonly_keyless_crossslot, test_fcall, test_evalsha_fallback);
 }
 
 int main(void)

@@ -64,16 +64,16 @@ static void *worker_main(void *arg)
                 w->version[i]++;
             } else {
                 w->failures++;
-                rcpc_problem_note(&prob, "SET %s: %s", key, rcpc_describe(r, d, sizeof d));
+                rcpc_problem_note(&prob, "SET %s: %s", key, rcptest_describe(r, d, sizeof d));
             }
         } else {
             snprintf(val, sizeof val, "%d.%ld", i, w->version[i]);
             argv[0] = "GET";
             r = rcp_cluster_command_argv(h, 2, argv, NULL);
-            if (w->version[i] ? !rcpc_is_string(r, val) : !rcpc_is_nil(r)) {
+            if (w->version[i] ? !rcpc_is_string(r, val) : !rcptest_is_nil(r)) {
                 w->failures++;
                 rcpc_problem_note(&prob, "GET %s: expected %s, got %s", key,
-                                  w->version[i] ? val : "nil", rcpc_describe(r, d, sizeof d));
+                                  w->version[i] ? val : "nil", rcptest_describe(r, d, sizeof d));
             }
         }
         rcp_reply_free(r);
@@ -89,20 +89,6 @@ static void stop_workers(void)
         return;
     for (t = 0; t < NTHREADS; t++)
         pthread_join(workers[t].th, NULL);
-}
-
-/* Runs a cluster.sh subcommand in the background while the load goes on. */
-static int run_job(const char *sub, const char *const *args, char *err, size_t errlen)
-{
-    rcpc_job j;
-
-    if (rcpc_job_start(&j, &cl, sub, args) != 0) {
-        snprintf(err, errlen, "could not start cluster.sh %s", sub);
-        return -1;
-    }
-    while (!rcpc_job_poll(&j) && rcpc_now_ms() - j.started_ms < rcpc_scale(240) * 1000)
-        rcpc_sleep_ms(100);
-    return rcpc_job_join(&j, 1000, err, errlen);
 }
 
 START_TEST(test_add_rebalance_del)
@@ -125,7 +111,7 @@ START_TEST(test_add_rebalance_del)
         workers[t].id = t;
         ck_assert_int_eq(pthread_create(&workers[t].th, NULL, worker_main, &workers[t]), 0);
     }
-    rcpc_sleep_ms(300);
+    rcptest_sleep_ms(300);
 
     /* Add an empty master, then give it a quarter of the slots. */
     if (rcpc_add_node(&cl, 0, &newport, err, sizeof err) != 0) {
@@ -134,7 +120,7 @@ START_TEST(test_add_rebalance_del)
     }
     {
         const char *args[] = {"--cluster-use-empty-masters", NULL};
-        if (run_job("rebalance", args, err, sizeof err) != 0) {
+        if (rcpc_job_run(&cl, "rebalance", args, 240, err, sizeof err) != 0) {
             stop_workers();
             ck_abort_msg("rebalance: %s", err);
         }
@@ -148,69 +134,69 @@ START_TEST(test_add_rebalance_del)
                       k >= 0 ? topo.node[k].nslots : -1);
     }
     /* Traffic follows: the new node is in the map and its requests grow. */
-    deadline = rcpc_now_ms() + rcpc_scale(15000);
+    deadline = rcptest_now_ms() + rcptest_scale(15000);
     for (;;) {
         uint64_t before;
         int found = rcpc_node_info(h, newport, &ni);
         if (found && ni.in_map && ni.is_master) {
             before = ni.conn.requests;
-            rcpc_sleep_ms(300);
+            rcptest_sleep_ms(300);
             rcpc_node_info(h, newport, &ni);
             if (ni.conn.requests > before + 10)
                 break;
         }
-        if (rcpc_now_ms() > deadline) {
+        if (rcptest_now_ms() > deadline) {
             stop_workers();
             ck_abort_msg("new node %d: in list %d, in_map %d, master %d, requests %llu", newport,
                          found, ni.in_map, ni.is_master, (unsigned long long)ni.conn.requests);
         }
-        rcpc_sleep_ms(100);
+        rcptest_sleep_ms(100);
     }
 
     /* Remove it again: its slots move away under load, then del-node. */
     snprintf(portbuf, sizeof portbuf, "%d", newport);
     {
         const char *args[] = {portbuf, NULL};
-        if (run_job("del-node", args, err, sizeof err) != 0) {
+        if (rcpc_job_run(&cl, "del-node", args, 240, err, sizeof err) != 0) {
             stop_workers();
             ck_abort_msg("del-node: %s", err);
         }
     }
     /* Out of the map... */
-    deadline = rcpc_now_ms() + rcpc_scale(15000);
+    deadline = rcptest_now_ms() + rcptest_scale(15000);
     for (;;) {
         int found = rcpc_node_info(h, newport, &ni);
         if (!found || !ni.in_map)
             break;
-        if (rcpc_now_ms() > deadline) {
+        if (rcptest_now_ms() > deadline) {
             stop_workers();
             ck_abort_msg("removed node %d still in the map (master %d)", newport, ni.is_master);
         }
-        rcpc_sleep_ms(100);
+        rcptest_sleep_ms(100);
     }
     /* ...and its connection closed: the node, still running on its own,
      * has no client left but the one asking. */
-    deadline = rcpc_now_ms() + rcpc_scale(30000);
+    deadline = rcptest_now_ms() + rcptest_scale(30000);
     for (;;) {
         long long clients = rcpc_info_int(newport, "clients", "connected_clients");
         if (clients == 1)
             break;
-        if (rcpc_now_ms() > deadline) {
+        if (rcptest_now_ms() > deadline) {
             stop_workers();
             ck_abort_msg("removed node %d still has %lld clients (1 is the side connection)",
                          newport, clients);
         }
-        rcpc_sleep_ms(100);
+        rcptest_sleep_ms(100);
     }
     if (rcpc_node_info(h, newport, &ni)) {
         uint64_t before = ni.conn.requests;
-        rcpc_sleep_ms(500);
+        rcptest_sleep_ms(500);
         rcpc_node_info(h, newport, &ni);
         ck_assert_msg(ni.conn.requests == before,
                       "removed node %d: requests still growing (%llu -> %llu)", newport,
                       (unsigned long long)before, (unsigned long long)ni.conn.requests);
     }
-    rcpc_sleep_ms(300);
+    rcptest_sleep_ms(300);
     stop_workers();
 
     for (t = 0; t < NTHREADS; t++) {
@@ -230,15 +216,10 @@ START_TEST(test_add_rebalance_del)
 
     for (t = 0; t < NTHREADS; t++) {
         for (i = 0; i < NKEYS; i++) {
-            char key[32], val[48], d[256];
-            rcp_reply *r;
+            char key[32], val[48];
             snprintf(key, sizeof key, "tp:%d:%d", t, i);
             snprintf(val, sizeof val, "%d.%ld", i, workers[t].version[i]);
-            r = rcp_cluster_command(h, "GET %s", key);
-            ck_assert_msg(workers[t].version[i] ? rcpc_is_string(r, val) : rcpc_is_nil(r),
-                          "final GET %s: expected %s, got %s", key, val,
-                          rcpc_describe(r, d, sizeof d));
-            rcp_reply_free(r);
+            rcpc_assert_get(h, "final GET", key, workers[t].version[i] ? val : NULL);
         }
     }
     rcp_cluster_close(h);
@@ -248,7 +229,7 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_add_rebalance_del);
+    RCPTEST_ADD(tc, test_add_rebalance_del);
 }
 
 int main(void)

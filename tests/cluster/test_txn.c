@@ -46,7 +46,7 @@ static void *txn_main(void *arg)
             atomic_fetch_add(&acked, 2);
         } else {
             atomic_fetch_add(&bad, 1);
-            rcpc_problem_note(&prob, "EXEC: %s", rcpc_describe(r, d, sizeof d));
+            rcpc_problem_note(&prob, "EXEC: %s", rcptest_describe(r, d, sizeof d));
         }
         rcp_reply_free(r);
     }
@@ -72,7 +72,7 @@ static void *plain_main(void *arg)
             atomic_fetch_add(&acked, 1);
         } else {
             atomic_fetch_add(&bad, 1);
-            rcpc_problem_note(&prob, "INCR: %s", rcpc_describe(r, d, sizeof d));
+            rcpc_problem_note(&prob, "INCR: %s", rcptest_describe(r, d, sizeof d));
         }
         rcp_reply_free(r);
     }
@@ -91,7 +91,7 @@ START_TEST(test_never_interleaved)
     atomic_store(&stop_flag, 0);
     for (i = 0; i < NTXN + NPLAIN; i++)
         ck_assert_int_eq(pthread_create(&th[i], NULL, i < NTXN ? txn_main : plain_main, NULL), 0);
-    rcpc_sleep_ms(rcpc_scale(3000));
+    rcptest_sleep_ms(rcptest_scale(3000));
     atomic_store(&stop_flag, 1);
     for (i = 0; i < NTXN + NPLAIN; i++)
         pthread_join(th[i], NULL);
@@ -101,7 +101,7 @@ START_TEST(test_never_interleaved)
                   prob.first);
     r = rcp_cluster_command(h, "GET {t}n");
     ck_assert_msg(r->type == RCP_REPLY_STRING && atoll(r->str) == atomic_load(&acked),
-                  "counter %s, acknowledged %ld", rcpc_describe(r, d, sizeof d),
+                  "counter %s, acknowledged %ld", rcptest_describe(r, d, sizeof d),
                   atomic_load(&acked));
     rcp_reply_free(r);
     rcp_cluster_close(h);
@@ -123,7 +123,7 @@ START_TEST(test_errors_and_watch)
     ck_assert_int_eq(rcp_txn_add(t, "SUBSCRIBE x"), RCP_ERR_UNSUPPORTED);
     r = rcp_txn_exec(t); /* the refused commands left nothing behind */
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 1, "SET a alone: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* A command the server refuses while queueing: EXECABORT, nothing run. */
@@ -133,11 +133,11 @@ START_TEST(test_errors_and_watch)
     r = rcp_txn_exec(t);
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER &&
                       strstr(r->str, "EXECABORT") && strstr(r->str, "command 2"),
-                  "EXECABORT: %s", rcpc_describe(r, d, sizeof d));
+                  "EXECABORT: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_cluster_command(h, "GET {t}s");
     ck_assert_msg(rcpc_is_string(r, "abc"), "aborted transaction ran: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* A runtime error stays in its element; the rest runs. */
@@ -147,28 +147,29 @@ START_TEST(test_errors_and_watch)
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 2 &&
                       r->element[0]->type == RCP_REPLY_ERROR &&
                       rcpc_is_status(r->element[1], "OK"),
-                  "runtime error: %s", rcpc_describe(r, d, sizeof d));
+                  "runtime error: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* WATCH: a write by someone else between WATCH and EXEC: nil. */
     rcp_reply_free(rcp_cluster_command(h, "SET {t}w 1"));
     r = rcp_txn_watch(t, 1, wk, NULL);
-    ck_assert_msg(rcpc_is_status(r, "OK"), "WATCH: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcpc_is_status(r, "OK"), "WATCH: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     {
         const char *get[] = {"GET", "{t}w"};
         r = rcp_txn_command_argv(t, 2, get, NULL);
         ck_assert_msg(rcpc_is_string(r, "1"), "GET on the WATCH connection: %s",
-                      rcpc_describe(r, d, sizeof d));
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     rcp_reply_free(rcp_cluster_command(h, "SET {t}w 2")); /* the other writer */
     ck_assert_int_eq(rcp_txn_add(t, "SET {t}w 3"), RCP_OK);
     r = rcp_txn_exec(t);
-    ck_assert_msg(rcpc_is_nil(r), "EXEC after a concurrent write: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_nil(r), "EXEC after a concurrent write: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_cluster_command(h, "GET {t}w");
-    ck_assert_msg(rcpc_is_string(r, "2"), "value: %s", rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcpc_is_string(r, "2"), "value: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* WATCH with no concurrent write: it runs. */
@@ -177,7 +178,7 @@ START_TEST(test_errors_and_watch)
     ck_assert_int_eq(rcp_txn_add(t, "SET {t}w 4"), RCP_OK);
     r = rcp_txn_exec(t);
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 1, "watched EXEC: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     {
         const char *other[] = {"{x}"};
@@ -185,7 +186,7 @@ START_TEST(test_errors_and_watch)
         ck_assert_int_eq(rcp_txn_add(t2, "SET {t}q 1"), RCP_OK);
         r = rcp_txn_watch(t2, 1, other, NULL);
         ck_assert_msg(r->err == RCP_ERR_CROSS_SLOT, "WATCH in another slot: %s",
-                      rcpc_describe(r, d, sizeof d));
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         rcp_txn_free(t2);
     }
@@ -216,17 +217,17 @@ START_TEST(test_batch)
     r = rcp_batch_exec(b);
     ck_assert_uint_eq(rcp_batch_count(b), 0);
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 600, "batch: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     for (i = 0; i < 200; i++) {
         char v[32];
         snprintf(v, sizeof v, "v%d", i);
         ck_assert_msg(rcpc_is_status(r->element[3 * i], "OK"), "SET %d: %s", i,
-                      rcpc_describe(r->element[3 * i], d, sizeof d));
+                      rcptest_describe(r->element[3 * i], d, sizeof d));
         ck_assert_msg(rcpc_is_string(r->element[3 * i + 1], v), "GET %d: %s", i,
-                      rcpc_describe(r->element[3 * i + 1], d, sizeof d));
+                      rcptest_describe(r->element[3 * i + 1], d, sizeof d));
         ck_assert_msg(r->element[3 * i + 2]->type == RCP_REPLY_INTEGER &&
                           r->element[3 * i + 2]->integer == i / 7 + 1,
-                      "INCR %d: %s", i, rcpc_describe(r->element[3 * i + 2], d, sizeof d));
+                      "INCR %d: %s", i, rcptest_describe(r->element[3 * i + 2], d, sizeof d));
     }
     rcp_reply_free(r);
 
@@ -238,17 +239,17 @@ START_TEST(test_batch)
                       r->element[0]->type == RCP_REPLY_ARRAY && r->element[0]->elements == 3 &&
                       rcpc_is_string(r->element[0]->element[2], "v3") &&
                       rcpc_is_status(r->element[1], "PONG"),
-                  "MGET + PING: %s", rcpc_describe(r, d, sizeof d));
+                  "MGET + PING: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_int_eq(rcp_batch_add(b, "SUNION a b"), RCP_OK);
     ck_assert_int_eq(rcp_batch_add(b, "SET never 1"), RCP_OK);
     r = rcp_batch_exec(b);
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_CROSS_SLOT, "cross-slot: %s",
-                  rcpc_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_cluster_command(h, "EXISTS never");
-    ck_assert_msg(rcpc_is_int(r, 0), "a refused batch sent something: %s",
-                  rcpc_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 0), "a refused batch sent something: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     rcp_batch_free(b);
     rcp_cluster_close(h);
@@ -274,8 +275,8 @@ START_TEST(test_txn_follows_redirect)
         ck_assert_int_eq(rcp_txn_add(x, "INCR {t}m"), RCP_OK);
         r = rcp_txn_exec(x);
         ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 2 &&
-                          rcpc_is_int(r->element[1], 2 * k),
-                      "transaction %d after the reshard: %s", k, rcpc_describe(r, d, sizeof d));
+                          rcptest_is_int(r->element[1], 2 * k),
+                      "transaction %d after the reshard: %s", k, rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     rcp_txn_free(x);
@@ -286,10 +287,8 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPC_ADD_TEST(tc, test_errors_and_watch);
-    RCPC_ADD_TEST(tc, test_batch);
-    RCPC_ADD_TEST(tc, test_never_interleaved);
-    RCPC_ADD_TEST(tc, test_txn_follows_redirect);
+    RCPTEST_ADD(tc, test_errors_and_watch, test_batch, test_never_interleaved,
+                test_txn_follows_redirect);
 }
 
 int main(void)

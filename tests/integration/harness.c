@@ -11,23 +11,20 @@
 
 #include "harness.h"
 
+#include <check.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define START_TIMEOUT_MS 10000
@@ -47,79 +44,9 @@ static char base_dir[PATH_MAX - 64];
 static pid_t base_owner;
 static pid_t atexit_pid;
 
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) RCPT_PRINTF(3, 4);
-
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-int64_t rcpt_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void rcpt_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-int rcpt_sanitized(void)
-{
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    return 1;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-    return 1;
-#else
-    return 0;
-#endif
-#else
-    return 0;
-#endif
-}
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
-static void remove_tree(const char *dir)
-{
-    if (dir[0] != '\0')
-        nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static int keep_dirs(void)
 {
-    const char *k = getenv("RCP_IT_KEEP");
-    return k != NULL && k[0] != '\0' && strcmp(k, "0") != 0;
-}
-
-static void reap_blocking(pid_t pid)
-{
-    int st;
-
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
+    return rcptest_env_flag("RCP_IT_KEEP");
 }
 
 /* Kills what this very process started and is still running. */
@@ -133,14 +60,14 @@ static void cleanup_at_exit(void)
             continue;
         if (reg[i].pid > 0) {
             kill(reg[i].pid, SIGKILL);
-            reap_blocking(reg[i].pid);
+            rcptest_reap(reg[i].pid);
         }
         if (!keep_dirs())
-            remove_tree(reg[i].dir);
+            rcptest_remove_tree(reg[i].dir);
         reg[i].used = 0;
     }
     if (base_owner == me && !keep_dirs())
-        remove_tree(base_dir);
+        rcptest_remove_tree(base_dir);
 }
 
 static void ensure_atexit(void)
@@ -185,36 +112,18 @@ static int find_in_path(const char *name, char *out, size_t outlen)
 int rcpt_init(char *err, size_t errlen)
 {
     const char *env = getenv("RCP_REDIS_SERVER");
-    char tmpl[PATH_MAX - 64];
-    const char *tmp = getenv("TMPDIR");
 
     if (env != NULL) {
-        if (env[0] == '\0') {
-            fmt_err(err, errlen,
-                    "RCP_REDIS_SERVER is empty: redis-server was not found at configure time; "
-                    "install redis-server (Debian package redis-server) and reconfigure");
+        if (rcptest_check_server_env(env, err, errlen) != 0)
             return -1;
-        }
         snprintf(server_path, sizeof server_path, "%s", env);
-        if (!is_executable(server_path)) {
-            fmt_err(err, errlen, "RCP_REDIS_SERVER=%s is not an executable file", env);
-            server_path[0] = '\0';
-            return -1;
-        }
     } else if (find_in_path("redis-server", server_path, sizeof server_path) != 0) {
-        fmt_err(err, errlen,
-                "redis-server not found: RCP_REDIS_SERVER is unset and there is no redis-server in PATH");
+        rcptest_fmt_err(err, errlen, "redis-server not found: RCP_REDIS_SERVER is unset and "
+                                     "there is no redis-server in PATH");
         return -1;
     }
-
-    if (tmp == NULL || tmp[0] == '\0')
-        tmp = "/tmp";
-    snprintf(tmpl, sizeof tmpl, "%s/rcpit.XXXXXX", tmp);
-    if (mkdtemp(tmpl) == NULL) {
-        fmt_err(err, errlen, "mkdtemp(%s): %s", tmpl, strerror(errno));
+    if (rcptest_mkdtemp("rcpit", base_dir, sizeof base_dir, err, errlen) != 0)
         return -1;
-    }
-    snprintf(base_dir, sizeof base_dir, "%s", tmpl);
     base_owner = getpid();
     ensure_atexit();
     return 0;
@@ -267,7 +176,7 @@ static int pick_port(void)
         fclose(f);
     }
     if (seed == 0)
-        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)rcpt_now_ms();
+        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)rcptest_now_ms();
     if (lo > 12000) {
         for (i = 0; i < 64; i++) {
             int p;
@@ -388,31 +297,10 @@ static int spawn(rcpt_server *s)
 
     pid = fork();
     if (pid == 0) {
-        struct sigaction sa;
-        sigset_t none;
-        int sig;
-
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(127);
-        dup2(nullfd, 0);
-        dup2(outfd, 1);
-        dup2(outfd, 2);
-        /* The test process holds client sockets, eventfds, epoll fds: the
-         * server must not keep them open. */
-        if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
-            int fd;
-            for (fd = 3; fd < 65536; fd++)
-                close(fd);
-        }
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = SIG_DFL;
-        for (sig = 1; sig < 32; sig++) {
-            if (sig != SIGKILL && sig != SIGSTOP)
-                sigaction(sig, &sa, NULL);
-        }
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        rcptest_child_reset(nullfd, outfd, outfd, -1);
         execv(server_path, (char *const *)argv);
         _exit(127);
     }
@@ -429,7 +317,7 @@ static int spawn(rcpt_server *s)
 /* 1: answering; 0: the process exited (reaped); -1: timed out. */
 static int wait_ready(rcpt_server *s, int timeout_ms)
 {
-    int64_t deadline = rcpt_now_ms() + timeout_ms;
+    int64_t deadline = rcptest_now_ms() + timeout_ms;
 
     for (;;) {
         int st;
@@ -442,9 +330,9 @@ static int wait_ready(rcpt_server *s, int timeout_ms)
         }
         if (rcpt_ping(s->port, 500))
             return 1;
-        if (rcpt_now_ms() > deadline)
+        if (rcptest_now_ms() > deadline)
             return -1;
-        rcpt_sleep_ms(10);
+        rcptest_sleep_ms(10);
     }
 }
 
@@ -452,7 +340,7 @@ static void hard_kill(rcpt_server *s)
 {
     if (s->pid > 0) {
         kill(s->pid, SIGKILL);
-        reap_blocking(s->pid);
+        rcptest_reap(s->pid);
         s->pid = 0;
         s->paused = 0;
         reg_set_pid(s);
@@ -469,7 +357,7 @@ int rcpt_server_start(rcpt_server *s, const char *const *extra_args, char *err, 
     if (server_path[0] == '\0') {
         char e[256];
         if (rcpt_init(e, sizeof e) != 0) {
-            fmt_err(err, errlen, "%s", e);
+            rcptest_fmt_err(err, errlen, "%s", e);
             return -1;
         }
     }
@@ -485,7 +373,7 @@ int rcpt_server_start(rcpt_server *s, const char *const *extra_args, char *err, 
     if (extra_args != NULL) {
         while (extra_args[s->nargs] != NULL) {
             if (s->nargs >= RCPT_MAX_EXTRA_ARGS) {
-                fmt_err(err, errlen, "too many extra redis-server arguments");
+                rcptest_fmt_err(err, errlen, "too many extra redis-server arguments");
                 return -1;
             }
             s->args[s->nargs] = strdup(extra_args[s->nargs]);
@@ -494,14 +382,14 @@ int rcpt_server_start(rcpt_server *s, const char *const *extra_args, char *err, 
     }
     snprintf(tmpl, sizeof tmpl, "%s/srv.XXXXXX", base_dir[0] ? base_dir : "/tmp");
     if (mkdtemp(tmpl) == NULL) {
-        fmt_err(err, errlen, "mkdtemp(%s): %s", tmpl, strerror(errno));
+        rcptest_fmt_err(err, errlen, "mkdtemp(%s): %s", tmpl, strerror(errno));
         return -1;
     }
     snprintf(s->dir, sizeof s->dir, "%s", tmpl);
     s->slot = reg_add(s->dir);
     if (s->slot < 0) {
-        fmt_err(err, errlen, "too many servers in one test process");
-        remove_tree(s->dir);
+        rcptest_fmt_err(err, errlen, "too many servers in one test process");
+        rcptest_remove_tree(s->dir);
         return -1;
     }
 
@@ -510,11 +398,11 @@ int rcpt_server_start(rcpt_server *s, const char *const *extra_args, char *err, 
 
         s->port = pick_port();
         if (s->port <= 0) {
-            fmt_err(err, errlen, "no free port on 127.0.0.1: %s", strerror(errno));
+            rcptest_fmt_err(err, errlen, "no free port on 127.0.0.1: %s", strerror(errno));
             continue;
         }
         if (spawn(s) != 0) {
-            fmt_err(err, errlen, "fork/exec %s: %s", server_path, strerror(errno));
+            rcptest_fmt_err(err, errlen, "fork/exec %s: %s", server_path, strerror(errno));
             continue;
         }
         r = wait_ready(s, START_TIMEOUT_MS);
@@ -523,7 +411,8 @@ int rcpt_server_start(rcpt_server *s, const char *const *extra_args, char *err, 
         {
             char tail[1300];
             log_tail(s, tail, sizeof tail);
-            fmt_err(err, errlen, "%s on port %d %s (attempt %d); log tail:\n%s", server_path,
+            rcptest_fmt_err(err, errlen, "%s on port %d %s (attempt %d); log tail:\n%s",
+                            server_path,
                     s->port, r == 0 ? "exited" : "did not answer PING in time", attempt + 1, tail);
         }
         hard_kill(s);
@@ -545,17 +434,17 @@ int rcpt_server_kill(rcpt_server *s)
 
 int rcpt_server_restart(rcpt_server *s, char *err, size_t errlen)
 {
-    int64_t deadline = rcpt_now_ms() + START_TIMEOUT_MS;
+    int64_t deadline = rcptest_now_ms() + START_TIMEOUT_MS;
 
     if (s->pid > 0) {
-        fmt_err(err, errlen, "restart: the server (pid %d) is still running", (int)s->pid);
+        rcptest_fmt_err(err, errlen, "restart: the server (pid %d) is still running", (int)s->pid);
         return -1;
     }
     for (;;) {
         int r;
 
         if (spawn(s) != 0) {
-            fmt_err(err, errlen, "restart: fork/exec: %s", strerror(errno));
+            rcptest_fmt_err(err, errlen, "restart: fork/exec: %s", strerror(errno));
             return -1;
         }
         r = wait_ready(s, START_TIMEOUT_MS);
@@ -564,14 +453,14 @@ int rcpt_server_restart(rcpt_server *s, char *err, size_t errlen)
         {
             char tail[1300];
             log_tail(s, tail, sizeof tail);
-            fmt_err(err, errlen, "restart on port %d: server %s; log tail:\n%s", s->port,
+            rcptest_fmt_err(err, errlen, "restart on port %d: server %s; log tail:\n%s", s->port,
                     r == 0 ? "exited" : "did not answer PING in time", tail);
         }
         hard_kill(s);
-        if (r != 0 || rcpt_now_ms() > deadline)
+        if (r != 0 || rcptest_now_ms() > deadline)
             return -1;
         /* The same port must be used: wait for it to be released. */
-        rcpt_sleep_ms(100);
+        rcptest_sleep_ms(100);
     }
 }
 
@@ -629,24 +518,24 @@ void rcpt_server_stop(rcpt_server *s)
     int i;
 
     if (s->pid > 0) {
-        int64_t deadline = rcpt_now_ms() + STOP_GRACE_MS;
+        int64_t deadline = rcptest_now_ms() + STOP_GRACE_MS;
         int st;
         int done = 0;
 
         kill(s->pid, SIGTERM);
         if (s->paused)
             kill(s->pid, SIGCONT);
-        while (rcpt_now_ms() < deadline) {
+        while (rcptest_now_ms() < deadline) {
             pid_t w = waitpid(s->pid, &st, WNOHANG);
             if (w == s->pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
                 done = 1;
                 break;
             }
-            rcpt_sleep_ms(10);
+            rcptest_sleep_ms(10);
         }
         if (!done) {
             kill(s->pid, SIGKILL);
-            reap_blocking(s->pid);
+            rcptest_reap(s->pid);
         }
         s->pid = 0;
         s->paused = 0;
@@ -657,7 +546,7 @@ void rcpt_server_stop(rcpt_server *s)
         s->slot = -1;
     }
     if (s->dir[0] != '\0' && !keep_dirs())
-        remove_tree(s->dir);
+        rcptest_remove_tree(s->dir);
     s->dir[0] = '\0';
     for (i = 0; i < s->nargs; i++) {
         free(s->args[i]);
@@ -707,71 +596,11 @@ out:
     return ok;
 }
 
-int rcpt_selected(const char *test_name)
-{
-    const char *only = getenv("RCP_IT_ONLY");
-    char buf[512];
-    char *save = NULL;
-    char *w;
-
-    if (only == NULL || only[0] == '\0')
-        return 1;
-    snprintf(buf, sizeof buf, "%s", only);
-    for (w = strtok_r(buf, ", ", &save); w != NULL; w = strtok_r(NULL, ", ", &save))
-        if (strstr(test_name, w) != NULL)
-            return 1;
-    return 0;
-}
-
-int rcpt_timeout_s(int base)
-{
-    return rcpt_sanitized() ? base * 3 : base;
-}
-
 void rcpt_options(rcp_conn_options *o, const rcpt_server *s)
 {
     rcp_conn_options_init(o);
     o->host = "127.0.0.1";
     o->port = s->port;
-}
-
-const char *rcpt_describe(const rcp_reply *r, char *buf, size_t buflen)
-{
-    static const char *const names[] = {"?", "STRING", "ARRAY", "INTEGER", "NIL", "STATUS", "ERROR"};
-    const char *tn;
-    char text[96];
-    size_t i;
-
-    if (r == NULL) {
-        snprintf(buf, buflen, "(NULL reply)");
-        return buf;
-    }
-    tn = (r->type >= 1 && r->type <= 6) ? names[r->type] : names[0];
-    switch (r->type) {
-    case RCP_REPLY_STRING:
-    case RCP_REPLY_STATUS:
-    case RCP_REPLY_ERROR:
-        for (i = 0; i < r->len && i < sizeof text - 4 && r->str != NULL; i++) {
-            unsigned char ch = (unsigned char)r->str[i];
-            text[i] = (ch >= 32 && ch < 127) ? (char)ch : '.';
-        }
-        text[i] = '\0';
-        if (i < r->len)
-            strcat(text, "...");
-        snprintf(buf, buflen, "%s(err=%d %s, len=%zu) \"%s\"", tn, r->err,
-                 rcp_strerror(r->err), r->len, text);
-        break;
-    case RCP_REPLY_INTEGER:
-        snprintf(buf, buflen, "INTEGER(err=%d) %lld", r->err, r->integer);
-        break;
-    case RCP_REPLY_ARRAY:
-        snprintf(buf, buflen, "ARRAY(err=%d) of %zu", r->err, r->elements);
-        break;
-    default:
-        snprintf(buf, buflen, "%s(type=%d, err=%d)", tn, r->type, r->err);
-        break;
-    }
-    return buf;
 }
 
 int rcpt_is_string(const rcp_reply *r, const char *s, size_t len)
@@ -791,18 +620,87 @@ int rcpt_is_status(const rcp_reply *r, const char *s)
            r->len == strlen(s) && strcmp(r->str, s) == 0;
 }
 
-int rcpt_is_int(const rcp_reply *r, long long v)
-{
-    return r != NULL && r->type == RCP_REPLY_INTEGER && r->err == RCP_OK && r->integer == v;
-}
-
-int rcpt_is_nil(const rcp_reply *r)
-{
-    return r != NULL && r->type == RCP_REPLY_NIL && r->err == RCP_OK;
-}
-
 int rcpt_is_client_error(const rcp_reply *r, int err)
 {
     return r != NULL && r->type == RCP_REPLY_ERROR && r->err == err && r->str != NULL &&
            r->len > 0 && r->len == strlen(r->str);
+}
+
+void rcpt_server_start_ok(rcpt_server *s, const char *const *extra_args)
+{
+    char err[2048];
+
+    ck_assert_msg(rcpt_server_start(s, extra_args, err, sizeof err) == 0, "%s", err);
+}
+
+rcp_conn *rcpt_conn_open_ok(const rcp_conn_options *o)
+{
+    rcp_conn *conn = NULL;
+    char err[512] = "";
+    int rc = rcp_conn_open(o, &conn, err, sizeof err);
+
+    ck_assert_msg(rc == RCP_OK, "rcp_conn_open: %s (%s)", rcp_strerror(rc), err);
+    return conn;
+}
+
+void rcpt_teardown(rcpt_server *s, rcp_conn **conn)
+{
+    if (s->paused)
+        rcpt_server_resume(s);
+    rcp_conn_close(*conn);
+    *conn = NULL;
+    rcpt_server_stop(s);
+}
+
+const char *const rcpt_debug_args[] = {"--enable-debug-command", "yes", NULL};
+
+static struct {
+    rcpt_server *srv;
+    rcp_conn **conn;
+    const char *const *args;
+} fixture;
+
+static void fixture_setup(void)
+{
+    rcpt_server_start_ok(fixture.srv, fixture.args);
+}
+
+static void fixture_teardown(void)
+{
+    rcpt_teardown(fixture.srv, fixture.conn);
+}
+
+void rcpt_fixture(TCase *tc, rcpt_server *s, rcp_conn **c, const char *const *extra_args)
+{
+    fixture.srv = s;
+    fixture.conn = c;
+    fixture.args = extra_args;
+    tcase_add_checked_fixture(tc, fixture_setup, fixture_teardown);
+}
+
+int rcpt_main(Suite *(*make_suite)(void))
+{
+    char err[512];
+
+    if (rcpt_init(err, sizeof err) != 0) {
+        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
+        return EXIT_FAILURE;
+    }
+    return rcptest_run(make_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+int rcpt_main_case(const char *name, const char *tcase_name, int timeout_s,
+                   void (*add)(TCase *tc))
+{
+    char err[512], suite[128];
+    Suite *s;
+
+    if (rcpt_init(err, sizeof err) != 0) {
+        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
+        return EXIT_FAILURE;
+    }
+    snprintf(suite, sizeof suite, "integration-%s", name);
+    s = suite_create(suite);
+    add(rcptest_tcase(s, tcase_name, rcptest_scale(timeout_s)));
+    return rcptest_run(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

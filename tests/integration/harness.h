@@ -1,5 +1,6 @@
 /* harness.h: start, signal and stop real redis-server processes for the
- * integration tests, plus small helpers the test programs share.
+ * integration tests, plus small helpers the test programs share (those
+ * every test layer shares are in tests/common/common.h).
  *
  * Every server runs on 127.0.0.1 in its own temporary directory (under one
  * per-program base directory) with persistence off. Signals only ever go to
@@ -19,12 +20,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#if defined(__GNUC__)
-#define RCPT_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define RCPT_PRINTF(f, a)
-#endif
+#include <check.h>
 
+#include "common.h"
 #include "rcpipe.h"
 
 #define RCPT_MAX_EXTRA_ARGS 32
@@ -74,38 +72,44 @@ void rcpt_server_stop(rcpt_server *s);
  * (PONG, or a NOAUTH refusal), else 0. */
 int rcpt_ping(int port, int timeout_ms);
 
-/* Monotonic milliseconds. */
-int64_t rcpt_now_ms(void);
-void rcpt_sleep_ms(int ms);
-
-/* 1 when built with AddressSanitizer or ThreadSanitizer: tests use fewer
- * iterations there (not looser checks). */
-int rcpt_sanitized(void);
-
-/* Test selection for debugging: RCP_IT_ONLY="name1,name2" runs only the
- * test functions whose names contain one of those words; unset runs all. */
-int rcpt_selected(const char *test_name);
-#define RCPT_ADD_TEST(tc, fn)                                                                     \
-    do {                                                                                          \
-        if (rcpt_selected(#fn))                                                                   \
-            tcase_add_test((tc), fn);                                                             \
-    } while (0)
-
-/* A check tcase timeout: base seconds, tripled under a sanitizer. */
-int rcpt_timeout_s(int base);
-
 /* rcp_conn_options_init plus host 127.0.0.1 and the server's port. */
 void rcpt_options(rcp_conn_options *o, const rcpt_server *s);
 
-/* A short human-readable description of a reply for assertion messages. */
-const char *rcpt_describe(const rcp_reply *r, char *buf, size_t buflen);
-
-/* Reply predicates: 1 if r is exactly that, else 0 (NULL-safe). */
+/* Reply predicates: 1 if r is exactly that, else 0 (NULL-safe); integers
+ * and nil: rcptest_is_int, rcptest_is_nil (common.h). */
 int rcpt_is_string(const rcp_reply *r, const char *s, size_t len);
 int rcpt_is_cstring(const rcp_reply *r, const char *s);
 int rcpt_is_status(const rcp_reply *r, const char *s);
-int rcpt_is_int(const rcp_reply *r, long long v);
-int rcpt_is_nil(const rcp_reply *r);
 int rcpt_is_client_error(const rcp_reply *r, int err);
+
+/* Check-based helpers: they fail the running test on error, with the
+ * error text in the failure message. */
+/* rcpt_server_start. */
+void rcpt_server_start_ok(rcpt_server *s, const char *const *extra_args);
+/* rcp_conn_open; the handle is the caller's. */
+rcp_conn *rcpt_conn_open_ok(const rcp_conn_options *o);
+/* The usual fixture teardown: resumes the server if a test left it paused,
+ * closes *conn (NULL is fine) and sets it to NULL, stops the server. */
+void rcpt_teardown(rcpt_server *s, rcp_conn **conn);
+
+/* Extra server arguments that enable the DEBUG command: DEBUG SLEEP makes
+ * a server slow on purpose. */
+extern const char *const rcpt_debug_args[];
+
+/* The checked fixture of a test case whose tests share one server and one
+ * connection: setup starts *s with extra_args (NULL, or a NULL-terminated
+ * array that stays valid, e.g. static), teardown is rcpt_teardown(s, c).
+ * Call it while building the suite: the test children check forks inherit
+ * the pointers. One such fixture per program. */
+void rcpt_fixture(TCase *tc, rcpt_server *s, rcp_conn **c, const char *const *extra_args);
+
+/* main() of an integration test program: rcpt_init, then runs the suite
+ * make_suite builds. Returns the exit status. */
+int rcpt_main(Suite *(*make_suite)(void));
+/* The same for a program with one test case: suite "integration-NAME"
+ * holding case tcase_name (timeout_s, scaled), whose fixture and tests
+ * add() registers. */
+int rcpt_main_case(const char *name, const char *tcase_name, int timeout_s,
+                   void (*add)(TCase *tc));
 
 #endif

@@ -36,20 +36,18 @@ static void setup_acl(void)
                                        "--user", "alice", "on", ">secret", "~*", "&*", "+@all",
                                        "--user", "admin", "on", ">adminpw", "~*", "&*", "+@all",
                                        NULL};
-    char err[2048];
 
     atomic_store(&ev_auth_failed, 0);
     atomic_store(&ev_auth_any, 0);
     atomic_store(&ev_connected, 0);
-    ck_assert_msg(rcpt_server_start(&srv, args, err, sizeof err) == 0, "%s", err);
+    rcpt_server_start_ok(&srv, args);
 }
 
 static void setup_requirepass(void)
 {
     static const char *const args[] = {"--requirepass", "pw-only", NULL};
-    char err[2048];
 
-    ck_assert_msg(rcpt_server_start(&srv, args, err, sizeof err) == 0, "%s", err);
+    rcpt_server_start_ok(&srv, args);
 }
 
 static void teardown(void)
@@ -95,7 +93,7 @@ static void expect_string(rcp_conn *c, const char *cmd, const char *want)
         argv[argc++] = tok;
     r = rcp_conn_command_argv(c, argc, argv, NULL);
     ck_assert_msg(rcpt_is_cstring(r, want), "%s: want \"%s\", got %s", cmd, want,
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 }
 
@@ -110,7 +108,8 @@ START_TEST(test_acl_user_ok)
     {
         char d[256];
         rcp_reply *r = rcp_conn_command(conn, "SET %s %s", "who", "alice");
-        ck_assert_msg(rcpt_is_status(r, "OK"), "SET as alice: %s", rcpt_describe(r, d, sizeof d));
+        ck_assert_msg(rcpt_is_status(r, "OK"), "SET as alice: %s",
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
 }
@@ -120,15 +119,15 @@ START_TEST(test_acl_wrong_password)
 {
     char err[512] = "";
     rcp_conn *c = (rcp_conn *)&err; /* must come back NULL */
-    int64_t t0 = rcpt_now_ms();
+    int64_t t0 = rcptest_now_ms();
     int rc = open_as(&c, "alice", "not-the-secret", NULL, err, sizeof err);
 
     ck_assert_msg(rc == RCP_ERR_AUTH, "wrong password: %d (%s), want RCP_ERR_AUTH", rc,
                   rcp_strerror(rc));
     ck_assert_ptr_null(c);
     ck_assert_msg(err[0] != '\0', "errbuf empty after an AUTH failure");
-    ck_assert_msg(rcpt_now_ms() - t0 < 2000 + 2000, "open took %lld ms",
-                  (long long)(rcpt_now_ms() - t0));
+    ck_assert_msg(rcptest_now_ms() - t0 < 2000 + 2000, "open took %lld ms",
+                  (long long)(rcptest_now_ms() - t0));
     fprintf(stderr, "wrong password message: %s\n", err);
 
     c = (rcp_conn *)&err;
@@ -149,7 +148,7 @@ END_TEST
 /* A handle whose AUTH and name must be repeated on every new connection. */
 static void wait_whoami_alice(const char *phase)
 {
-    int64_t deadline = rcpt_now_ms() + 10000;
+    int64_t deadline = rcptest_now_ms() + 10000;
     char d[256];
 
     for (;;) {
@@ -160,12 +159,13 @@ static void wait_whoami_alice(const char *phase)
         /* a server error (NOAUTH) means a request went out before AUTH */
         ck_assert_msg(ok || (r->type == RCP_REPLY_ERROR && r->err != RCP_ERR_SERVER &&
                              r->err != RCP_OK),
-                      "%s: ACL WHOAMI: %s", phase, rcpt_describe(r, d, sizeof d));
+                      "%s: ACL WHOAMI: %s", phase, rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         if (ok)
             return;
-        ck_assert_msg(rcpt_now_ms() < deadline, "%s: not authenticated again within 10 s", phase);
-        rcpt_sleep_ms(10);
+        ck_assert_msg(rcptest_now_ms() < deadline, "%s: not authenticated again within 10 s",
+                      phase);
+        rcptest_sleep_ms(10);
     }
 }
 
@@ -207,26 +207,28 @@ START_TEST(test_acl_password_changed)
     wait_whoami_alice("start");
 
     r = rcp_conn_command(admin, "ACL SETUSER alice resetpass >changed");
-    ck_assert_msg(rcpt_is_status(r, "OK"), "ACL SETUSER: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "ACL SETUSER: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(admin, "CLIENT KILL USER alice");
     ck_assert_msg(r->type == RCP_REPLY_INTEGER && r->integer >= 1, "CLIENT KILL: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
-    deadline = rcpt_now_ms() + 10000;
-    while (atomic_load(&ev_auth_any) < 1 && rcpt_now_ms() < deadline) {
+    deadline = rcptest_now_ms() + 10000;
+    while (atomic_load(&ev_auth_any) < 1 && rcptest_now_ms() < deadline) {
         const char *argv[2] = {"ACL", "WHOAMI"};
         r = rcp_conn_command_argv(conn, 2, argv, NULL);
         ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err != RCP_ERR_SERVER && r->err != RCP_OK,
-                      "request while alice cannot authenticate: %s", rcpt_describe(r, d, sizeof d));
+                      "request while alice cannot authenticate: %s",
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
-        rcpt_sleep_ms(10);
+        rcptest_sleep_ms(10);
     }
     ck_assert_msg(atomic_load(&ev_auth_any) >= 1, "no event reported the AUTH refusal");
 
     r = rcp_conn_command(admin, "ACL SETUSER alice resetpass >secret");
-    ck_assert_msg(rcpt_is_status(r, "OK"), "ACL SETUSER back: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "ACL SETUSER back: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     wait_whoami_alice("password restored");
     /* a refused reconnect is "a (re)connect attempt failed", not the loss
@@ -275,9 +277,7 @@ END_TEST
 
 static void setup_plain(void)
 {
-    char err[2048];
-
-    ck_assert_msg(rcpt_server_start(&srv, NULL, err, sizeof err) == 0, "%s", err);
+    rcpt_server_start_ok(&srv, NULL);
 }
 
 /* A name the server refuses (spaces are not allowed) fails the open. */
@@ -296,45 +296,23 @@ END_TEST
 static Suite *auth_suite(void)
 {
     Suite *s = suite_create("integration-auth");
-    TCase *acl = tcase_create("acl-user");
-    TCase *pw = tcase_create("requirepass");
-    TCase *plain = tcase_create("no-auth");
+    TCase *acl = rcptest_tcase(s, "acl-user", rcptest_scale(60));
+    TCase *pw = rcptest_tcase(s, "requirepass", rcptest_scale(60));
+    TCase *plain = rcptest_tcase(s, "no-auth", rcptest_scale(60));
 
     tcase_add_checked_fixture(acl, setup_acl, teardown);
-    tcase_set_timeout(acl, rcpt_timeout_s(60));
-    RCPT_ADD_TEST(acl, test_acl_user_ok);
-    RCPT_ADD_TEST(acl, test_acl_wrong_password);
-    RCPT_ADD_TEST(acl, test_acl_reauth_after_restart);
-    RCPT_ADD_TEST(acl, test_acl_password_changed);
-    suite_add_tcase(s, acl);
+    RCPTEST_ADD(acl, test_acl_user_ok, test_acl_wrong_password, test_acl_reauth_after_restart,
+                test_acl_password_changed);
 
     tcase_add_checked_fixture(pw, setup_requirepass, teardown);
-    tcase_set_timeout(pw, rcpt_timeout_s(60));
-    RCPT_ADD_TEST(pw, test_requirepass_ok);
-    RCPT_ADD_TEST(pw, test_requirepass_wrong);
-    suite_add_tcase(s, pw);
+    RCPTEST_ADD(pw, test_requirepass_ok, test_requirepass_wrong);
 
     tcase_add_checked_fixture(plain, setup_plain, teardown);
-    tcase_set_timeout(plain, rcpt_timeout_s(60));
-    RCPT_ADD_TEST(plain, test_client_name_only);
-    RCPT_ADD_TEST(plain, test_client_name_refused);
-    suite_add_tcase(s, plain);
+    RCPTEST_ADD(plain, test_client_name_only, test_client_name_refused);
     return s;
 }
 
 int main(void)
 {
-    char err[512];
-    SRunner *sr;
-    int failed;
-
-    if (rcpt_init(err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(auth_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rcpt_main(auth_suite);
 }

@@ -15,29 +15,12 @@ static rcp_conn *conn;
 static void open_conn(int fast_path)
 {
     rcp_conn_options o;
-    char err[512] = "";
-    int rc;
 
     rcpt_options(&o, &srv);
     o.fast_path = fast_path;
     o.request_timeout_ms = 10000;
-    rc = rcp_conn_open(&o, &conn, err, sizeof err);
-    ck_assert_msg(rc == RCP_OK, "rcp_conn_open: %d (%s): %s", rc, rcp_strerror(rc), err);
+    conn = rcpt_conn_open_ok(&o);
     ck_assert_ptr_nonnull(conn);
-}
-
-static void setup(void)
-{
-    char err[2048];
-
-    ck_assert_msg(rcpt_server_start(&srv, NULL, err, sizeof err) == 0, "%s", err);
-}
-
-static void teardown(void)
-{
-    rcp_conn_close(conn);
-    conn = NULL;
-    rcpt_server_stop(&srv);
 }
 
 static void check_basic_commands(void)
@@ -50,21 +33,22 @@ static void check_basic_commands(void)
 
     /* status reply */
     r = rcp_conn_command(conn, "SET %s %b", "k:basic", "hello", (size_t)5);
-    ck_assert_msg(rcpt_is_status(r, "OK"), "SET: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "SET: %s", rcptest_describe(r, d, sizeof d));
     ck_assert(!rcp_reply_is_error(r));
     rcp_reply_free(r);
 
     /* string reply */
     r = rcp_conn_command(conn, "GET %s", "k:basic");
-    ck_assert_msg(rcpt_is_cstring(r, "hello"), "GET: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_cstring(r, "hello"), "GET: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* %b with bytes that would break an inline command */
     r = rcp_conn_command(conn, "SET %s %b", "k:bin", bin, sizeof bin);
-    ck_assert_msg(rcpt_is_status(r, "OK"), "SET bin: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "SET bin: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "GET %s", "k:bin");
-    ck_assert_msg(rcpt_is_string(r, bin, sizeof bin), "GET bin: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_string(r, bin, sizeof bin), "GET bin: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* argv entry point, with and without lengths */
@@ -75,75 +59,76 @@ static void check_basic_commands(void)
     argvlen[1] = 6;
     argvlen[2] = 4; /* only "1234" */
     r = rcp_conn_command_argv(conn, 3, argv, argvlen);
-    ck_assert_msg(rcpt_is_status(r, "OK"), "SET argv: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "SET argv: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     argv[0] = "GET";
     argv[1] = "k:argv";
     r = rcp_conn_command_argv(conn, 2, argv, NULL);
-    ck_assert_msg(rcpt_is_cstring(r, "1234"), "GET argv: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_cstring(r, "1234"), "GET argv: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* integer replies */
     argv[0] = "INCR";
     r = rcp_conn_command_argv(conn, 2, argv, NULL);
-    ck_assert_msg(rcpt_is_int(r, 1235), "INCR: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 1235), "INCR: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "INCRBY %s %d", "k:argv", -2000);
-    ck_assert_msg(rcpt_is_int(r, -765), "INCRBY: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, -765), "INCRBY: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "INCRBY %s %lld", "k:argv", 9000000000LL);
-    ck_assert_msg(rcpt_is_int(r, 8999999235LL), "INCRBY %%lld: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 8999999235LL), "INCRBY %%lld: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* nil reply for a missing key */
     r = rcp_conn_command(conn, "GET %s", "k:missing");
-    ck_assert_msg(rcpt_is_nil(r), "GET missing: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_nil(r), "GET missing: %s", rcptest_describe(r, d, sizeof d));
     ck_assert(!rcp_reply_is_error(r));
     rcp_reply_free(r);
 
     /* DEL returns the number removed */
     r = rcp_conn_command(conn, "DEL %s %s %s", "k:basic", "k:argv", "k:missing");
-    ck_assert_msg(rcpt_is_int(r, 2), "DEL: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 2), "DEL: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "GET %s", "k:basic");
-    ck_assert_msg(rcpt_is_nil(r), "GET after DEL: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_nil(r), "GET after DEL: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* array replies: MGET with a nil inside, LRANGE, an empty array */
     r = rcp_conn_command(conn, "MSET %s %s %s %s", "k:a", "1", "k:b", "two");
-    ck_assert_msg(rcpt_is_status(r, "OK"), "MSET: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "MSET: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "MGET %s %s %s", "k:a", "k:nope", "k:b");
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->err == RCP_OK && r->elements == 3,
-                  "MGET: %s", rcpt_describe(r, d, sizeof d));
+                  "MGET: %s", rcptest_describe(r, d, sizeof d));
     ck_assert_ptr_nonnull(r->element);
     ck_assert_msg(rcpt_is_cstring(r->element[0], "1"), "MGET[0]: %s",
-                  rcpt_describe(r->element[0], d, sizeof d));
-    ck_assert_msg(rcpt_is_nil(r->element[1]), "MGET[1]: %s",
-                  rcpt_describe(r->element[1], d, sizeof d));
+                  rcptest_describe(r->element[0], d, sizeof d));
+    ck_assert_msg(rcptest_is_nil(r->element[1]), "MGET[1]: %s",
+                  rcptest_describe(r->element[1], d, sizeof d));
     ck_assert_msg(rcpt_is_cstring(r->element[2], "two"), "MGET[2]: %s",
-                  rcpt_describe(r->element[2], d, sizeof d));
+                  rcptest_describe(r->element[2], d, sizeof d));
     rcp_reply_free(r);
 
     r = rcp_conn_command(conn, "RPUSH %s %s %s %s", "k:list", "x", "y", "z");
-    ck_assert_msg(rcpt_is_int(r, 3), "RPUSH: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 3), "RPUSH: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "LRANGE %s 0 -1", "k:list");
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 3, "LRANGE: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     ck_assert(rcpt_is_cstring(r->element[0], "x"));
     ck_assert(rcpt_is_cstring(r->element[1], "y"));
     ck_assert(rcpt_is_cstring(r->element[2], "z"));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "LRANGE %s 0 -1", "k:nolist");
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->err == RCP_OK && r->elements == 0,
-                  "LRANGE empty: %s", rcpt_describe(r, d, sizeof d));
+                  "LRANGE empty: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* server error reply: type ERROR, err SERVER, the server's text kept */
     r = rcp_conn_command(conn, "INCR %s", "k:b");
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER, "INCR on text: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     ck_assert(rcp_reply_is_error(r));
     ck_assert_ptr_nonnull(r->str);
     ck_assert_uint_eq(r->len, strlen(r->str));
@@ -154,18 +139,18 @@ static void check_basic_commands(void)
     r = rcp_conn_command(conn, "NOSUCHCOMMAND %s", "x");
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER &&
                       strncmp(r->str, "ERR unknown command", 19) == 0,
-                  "unknown command: %s", rcpt_describe(r, d, sizeof d));
+                  "unknown command: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* the connection still serves requests after error replies */
     r = rcp_conn_command(conn, "PING");
-    ck_assert_msg(rcpt_is_status(r, "PONG"), "PING: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "PONG"), "PING: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "ECHO %s", "still here");
-    ck_assert_msg(rcpt_is_cstring(r, "still here"), "ECHO: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_cstring(r, "still here"), "ECHO: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "DBSIZE");
-    ck_assert_msg(rcpt_is_int(r, 4), "DBSIZE: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 4), "DBSIZE: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     rcp_reply_free(NULL); /* documented as ignored */
@@ -198,7 +183,8 @@ START_TEST(test_sequential_echo)
 
         snprintf(tok, sizeof tok, "tok-%d", i);
         r = rcp_conn_command(conn, "ECHO %s", tok);
-        ck_assert_msg(rcpt_is_cstring(r, tok), "ECHO %s: %s", tok, rcpt_describe(r, d, sizeof d));
+        ck_assert_msg(rcpt_is_cstring(r, tok), "ECHO %s: %s", tok,
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
 }
@@ -244,14 +230,14 @@ START_TEST(test_open_refused)
     o.host = "127.0.0.1";
     o.port = port;
     o.connect_timeout_ms = 1000;
-    t0 = rcpt_now_ms();
+    t0 = rcptest_now_ms();
     rc = rcp_conn_open(&o, &c, err, sizeof err);
     ck_assert_msg(rc == RCP_ERR_CONNECT, "open on a closed port: %d (%s)", rc, rcp_strerror(rc));
     ck_assert_ptr_null(c);
     ck_assert_msg(err[0] != '\0', "errbuf left empty");
     ck_assert_msg(strstr(err, "127.0.0.1") != NULL, "errbuf does not name the address: %s", err);
-    ck_assert_msg(rcpt_now_ms() - t0 < 1000 + 2000, "open took %lld ms",
-                  (long long)(rcpt_now_ms() - t0));
+    ck_assert_msg(rcptest_now_ms() - t0 < 1000 + 2000, "open took %lld ms",
+                  (long long)(rcptest_now_ms() - t0));
 
     /* NULL errbuf is allowed */
     rc = rcp_conn_open(&o, &c, NULL, 0);
@@ -317,42 +303,19 @@ START_TEST(test_options_copied)
     memset(name, 'y', sizeof name - 1);
     r = rcp_conn_command(conn, "CLIENT GETNAME");
     ck_assert_msg(rcpt_is_cstring(r, "copied-name"), "CLIENT GETNAME: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 }
 END_TEST
 
-static Suite *basic_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-basic");
-    TCase *tc = tcase_create("basic");
-
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, rcpt_timeout_s(60));
-    RCPT_ADD_TEST(tc, test_basic_fast_path);
-    RCPT_ADD_TEST(tc, test_basic_no_fast_path);
-    RCPT_ADD_TEST(tc, test_sequential_echo);
-    RCPT_ADD_TEST(tc, test_stats_count);
-    RCPT_ADD_TEST(tc, test_open_refused);
-    RCPT_ADD_TEST(tc, test_defaults);
-    RCPT_ADD_TEST(tc, test_options_copied);
-    suite_add_tcase(s, tc);
-    return s;
+    rcpt_fixture(tc, &srv, &conn, NULL);
+    RCPTEST_ADD(tc, test_basic_fast_path, test_basic_no_fast_path, test_sequential_echo,
+                test_stats_count, test_open_refused, test_defaults, test_options_copied);
 }
 
 int main(void)
 {
-    char err[512];
-    SRunner *sr;
-    int failed;
-
-    if (rcpt_init(err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(basic_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rcpt_main_case("basic", "basic", 60, add_tests);
 }

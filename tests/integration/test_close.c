@@ -27,35 +27,25 @@ static void on_event(const rcp_event *ev, void *data)
 
 static void setup(void)
 {
-    static const char *const args[] = {"--enable-debug-command", "yes", NULL};
-    char err[2048];
-
     atomic_store(&ev_closed, 0);
-    ck_assert_msg(rcpt_server_start(&srv, args, err, sizeof err) == 0, "%s", err);
+    rcpt_server_start_ok(&srv, rcpt_debug_args);
 }
 
 static void teardown(void)
 {
-    if (srv.paused)
-        rcpt_server_resume(&srv);
-    rcp_conn_close(conn);
-    conn = NULL;
-    rcpt_server_stop(&srv);
+    rcpt_teardown(&srv, &conn);
 }
 
 static void open_conn(unsigned max_inflight, int request_timeout_ms)
 {
     rcp_conn_options o;
-    char err[512] = "";
-    int rc;
 
     rcpt_options(&o, &srv);
     o.max_inflight = max_inflight;
     o.request_timeout_ms = request_timeout_ms;
     o.reconnect_max_ms = 200;
     o.event_cb = on_event;
-    rc = rcp_conn_open(&o, &conn, err, sizeof err);
-    ck_assert_msg(rc == RCP_OK, "rcp_conn_open: %s (%s)", rcp_strerror(rc), err);
+    conn = rcpt_conn_open_ok(&o);
 }
 
 struct creq {
@@ -180,11 +170,11 @@ START_TEST(test_close_on_frozen_server)
     open_conn(4096, 60000);
     ck_assert_int_eq(rcpt_server_pause(&srv), 0);
     send_all(q, N, NULL);
-    t0 = rcpt_now_ms();
+    t0 = rcptest_now_ms();
     rcp_conn_close(conn);
     conn = NULL;
-    ck_assert_msg(rcpt_now_ms() - t0 < 5000, "close on a frozen server took %lld ms",
-                  (long long)(rcpt_now_ms() - t0));
+    ck_assert_msg(rcptest_now_ms() - t0 < 5000, "close on a frozen server took %lld ms",
+                  (long long)(rcptest_now_ms() - t0));
     errors = check_all_resolved(q, N);
     ck_assert_int_eq(errors, N);
     ck_assert_int_eq(rcpt_server_resume(&srv), 0);
@@ -206,15 +196,15 @@ START_TEST(test_close_while_reconnecting)
     open_conn(4096, 60000);
     ck_assert_int_eq(rcpt_server_kill(&srv), 0);
     /* bounded wait until the loss is noticed */
-    deadline = rcpt_now_ms() + 10000;
+    deadline = rcptest_now_ms() + 10000;
     do {
         rcp_reply *r = rcp_conn_command(conn, "PING");
         rcp_reply_free(r);
         ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
         if (st.disconnects >= 1)
             break;
-        rcpt_sleep_ms(5);
-    } while (rcpt_now_ms() < deadline);
+        rcptest_sleep_ms(5);
+    } while (rcptest_now_ms() < deadline);
     ck_assert_uint_ge(st.disconnects, 1);
     for (i = 0; i < N; i++) {
         const char *argv[2];
@@ -231,11 +221,11 @@ START_TEST(test_close_while_reconnecting)
             q[i].f.resolve = NULL;
         }
     }
-    t0 = rcpt_now_ms();
+    t0 = rcptest_now_ms();
     rcp_conn_close(conn);
     conn = NULL;
-    ck_assert_msg(rcpt_now_ms() - t0 < 5000, "close while reconnecting took %lld ms",
-                  (long long)(rcpt_now_ms() - t0));
+    ck_assert_msg(rcptest_now_ms() - t0 < 5000, "close while reconnecting took %lld ms",
+                  (long long)(rcptest_now_ms() - t0));
     for (i = 0; i < N; i++) {
         int calls = atomic_load(&q[i].calls);
         if (q[i].f.resolve == NULL) {
@@ -273,7 +263,7 @@ static void *syncer_main(void *arg)
         s->outcome = 2;
     else
         s->outcome = 3;
-    rcpt_describe(r, s->what, sizeof s->what);
+    rcptest_describe(r, s->what, sizeof s->what);
     rcp_reply_free(r);
     atomic_store(&s->done, 1);
     return NULL;
@@ -300,14 +290,14 @@ START_TEST(test_close_with_sync_callers_waiting)
         ck_assert_int_eq(pthread_create(&s[i].th, NULL, syncer_main, &s[i]), 0);
     }
     /* every sync call has been accepted (is in progress) before close */
-    deadline = rcpt_now_ms() + 10000;
+    deadline = rcptest_now_ms() + 10000;
     for (;;) {
         ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
         if (st.requests >= base + 1 + T)
             break;
-        ck_assert_msg(rcpt_now_ms() < deadline, "sync calls not accepted: %llu of %d",
+        ck_assert_msg(rcptest_now_ms() < deadline, "sync calls not accepted: %llu of %d",
                       (unsigned long long)(st.requests - base), T + 1);
-        rcpt_sleep_ms(1);
+        rcptest_sleep_ms(1);
     }
     rcp_conn_close(conn);
     conn = NULL;
@@ -330,46 +320,25 @@ START_TEST(test_close_idle)
     int64_t t0;
 
     open_conn(4096, 5000);
-    t0 = rcpt_now_ms();
+    t0 = rcptest_now_ms();
     rcp_conn_close(conn);
     conn = NULL;
-    ck_assert_msg(rcpt_now_ms() - t0 < 3000, "closing an idle handle took %lld ms",
-                  (long long)(rcpt_now_ms() - t0));
+    ck_assert_msg(rcptest_now_ms() - t0 < 3000, "closing an idle handle took %lld ms",
+                  (long long)(rcptest_now_ms() - t0));
     ck_assert_int_eq(atomic_load(&ev_closed), 1);
     rcp_conn_close(NULL);
 }
 END_TEST
 
-static Suite *close_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-close");
-    TCase *tc = tcase_create("close-in-flight");
-
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, rcpt_timeout_s(60));
-    RCPT_ADD_TEST(tc, test_close_with_slow_request_in_flight);
-    RCPT_ADD_TEST(tc, test_close_many_in_flight);
-    RCPT_ADD_TEST(tc, test_close_on_frozen_server);
-    RCPT_ADD_TEST(tc, test_close_while_reconnecting);
-    RCPT_ADD_TEST(tc, test_close_with_sync_callers_waiting);
-    RCPT_ADD_TEST(tc, test_close_idle);
-    suite_add_tcase(s, tc);
-    return s;
+    RCPTEST_ADD(tc, test_close_with_slow_request_in_flight, test_close_many_in_flight,
+                test_close_on_frozen_server, test_close_while_reconnecting,
+                test_close_with_sync_callers_waiting, test_close_idle);
 }
 
 int main(void)
 {
-    char err[512];
-    SRunner *sr;
-    int failed;
-
-    if (rcpt_init(err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(close_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rcpt_main_case("close", "close-in-flight", 60, add_tests);
 }

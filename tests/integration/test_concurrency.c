@@ -18,25 +18,9 @@
 static rcpt_server srv;
 static rcp_conn *conn;
 
-static void setup(void)
-{
-    char err[2048];
-
-    ck_assert_msg(rcpt_server_start(&srv, NULL, err, sizeof err) == 0, "%s", err);
-}
-
-static void teardown(void)
-{
-    rcp_conn_close(conn);
-    conn = NULL;
-    rcpt_server_stop(&srv);
-}
-
 static void open_conn(unsigned max_batch_commands, unsigned max_inflight, unsigned batch_delay_us)
 {
     rcp_conn_options o;
-    char err[512] = "";
-    int rc;
 
     rcpt_options(&o, &srv);
     /* Generous: a sanitized build on 2 busy cores is slow, and a timeout
@@ -47,13 +31,12 @@ static void open_conn(unsigned max_batch_commands, unsigned max_inflight, unsign
     if (max_inflight)
         o.max_inflight = max_inflight;
     o.batch_delay_us = batch_delay_us;
-    rc = rcp_conn_open(&o, &conn, err, sizeof err);
-    ck_assert_msg(rc == RCP_OK, "rcp_conn_open: %s (%s)", rcp_strerror(rc), err);
+    conn = rcpt_conn_open_ok(&o);
 }
 
 static int iterations(int normal)
 {
-    return rcpt_sanitized() ? normal / 2 : normal;
+    return rcptest_sanitized() ? normal / 2 : normal;
 }
 
 /* ---- sync ---------------------------------------------------------------- */
@@ -73,7 +56,7 @@ static void note_bad(struct sync_worker *w, const char *what, const rcp_reply *r
 
     if (w->bad++ == 0)
         snprintf(w->first_bad, sizeof w->first_bad, "thread %d: %s: %s", w->id, what,
-                 rcpt_describe(r, d, sizeof d));
+                 rcptest_describe(r, d, sizeof d));
 }
 
 static void *sync_main(void *arg)
@@ -147,15 +130,15 @@ static void run_sync(int iters)
 
         snprintf(want, sizeof want, "%lld", expect[c]);
         ck_assert_msg(rcpt_is_cstring(r, want), "counter %d: want %s, got %s", c, want,
-                      rcpt_describe(r, d, sizeof d));
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     /* every key a thread wrote is there, with its own value */
     {
         char d[256];
         rcp_reply *r = rcp_conn_command(conn, "DBSIZE");
-        ck_assert_msg(rcpt_is_int(r, (long long)NTHREADS * iters + NCOUNTERS), "DBSIZE: %s",
-                      rcpt_describe(r, d, sizeof d));
+        ck_assert_msg(rcptest_is_int(r, (long long)NTHREADS * iters + NCOUNTERS), "DBSIZE: %s",
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
@@ -249,7 +232,7 @@ static void async_resolve(rcp_future *f, rcp_reply *reply)
         if (atomic_exchange(&a_first_bad_taken, 1) == 0) {
             char d[256];
             snprintf(a_first_bad, sizeof a_first_bad, "kind %d expected \"%s\": %s", q->kind,
-                     q->val, rcpt_describe(reply, d, sizeof d));
+                     q->val, rcptest_describe(reply, d, sizeof d));
         }
     }
     /* last: the owner may free q once it sees this count */
@@ -351,9 +334,9 @@ static void run_async(int pairs)
                       w[i].send_errors, rcp_strerror(w[i].first_send_error));
 
     /* bounded wait for the I/O loop to resolve everything */
-    deadline = rcpt_now_ms() + 60000;
-    while (atomic_load(&a_resolved) < total && rcpt_now_ms() < deadline)
-        rcpt_sleep_ms(2);
+    deadline = rcptest_now_ms() + 60000;
+    while (atomic_load(&a_resolved) < total && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(2);
     ck_assert_msg(atomic_load(&a_resolved) == total, "resolved %ld of %ld",
                   atomic_load(&a_resolved), total);
     ck_assert_msg(atomic_load(&a_double) == 0, "%ld futures resolved twice",
@@ -377,7 +360,7 @@ static void run_async(int pairs)
         ck_assert_int_eq(atomic_load(&a_incr_ok[c]), expect[c]);
         snprintf(want, sizeof want, "%lld", expect[c]);
         ck_assert_msg(rcpt_is_cstring(r, want), "counter %d: want %s, got %s", c, want,
-                      rcpt_describe(r, d, sizeof d));
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     for (i = 0; i < NTHREADS; i++)
@@ -435,9 +418,9 @@ START_TEST(test_mixed_sync_async)
         pthread_join(sw[i].th, NULL);
         pthread_join(aw[i].th, NULL);
     }
-    deadline = rcpt_now_ms() + 60000;
-    while (atomic_load(&a_resolved) < total && rcpt_now_ms() < deadline)
-        rcpt_sleep_ms(2);
+    deadline = rcptest_now_ms() + 60000;
+    while (atomic_load(&a_resolved) < total && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(2);
     for (i = 0; i < 8; i++) {
         ck_assert_msg(sw[i].bad == 0, "%d bad sync replies; first: %s", sw[i].bad,
                       sw[i].first_bad);
@@ -454,36 +437,14 @@ START_TEST(test_mixed_sync_async)
 }
 END_TEST
 
-static Suite *concurrency_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-concurrency");
-    TCase *tc = tcase_create("shared-handle");
-
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, rcpt_timeout_s(90));
-    RCPT_ADD_TEST(tc, test_sync_default_caps);
-    RCPT_ADD_TEST(tc, test_sync_small_caps);
-    RCPT_ADD_TEST(tc, test_sync_batch_delay);
-    RCPT_ADD_TEST(tc, test_async_default_caps);
-    RCPT_ADD_TEST(tc, test_async_small_caps);
-    RCPT_ADD_TEST(tc, test_mixed_sync_async);
-    suite_add_tcase(s, tc);
-    return s;
+    rcpt_fixture(tc, &srv, &conn, NULL);
+    RCPTEST_ADD(tc, test_sync_default_caps, test_sync_small_caps, test_sync_batch_delay,
+                test_async_default_caps, test_async_small_caps, test_mixed_sync_async);
 }
 
 int main(void)
 {
-    char err[512];
-    SRunner *sr;
-    int failed;
-
-    if (rcpt_init(err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(concurrency_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rcpt_main_case("concurrency", "shared-handle", 90, add_tests);
 }

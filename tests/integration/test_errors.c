@@ -37,30 +37,23 @@ static void init_future(rcp_future *f)
 static void open_with(size_t max_request_bytes)
 {
     rcp_conn_options o;
-    char err[512] = "";
-    int rc;
 
     rcpt_options(&o, &srv);
     o.request_timeout_ms = 10000;
     if (max_request_bytes)
         o.max_request_bytes = max_request_bytes;
-    rc = rcp_conn_open(&o, &conn, err, sizeof err);
-    ck_assert_msg(rc == RCP_OK, "rcp_conn_open: %s (%s)", rcp_strerror(rc), err);
+    conn = rcpt_conn_open_ok(&o);
 }
 
 static void setup(void)
 {
-    char err[2048];
-
     atomic_store(&cb_calls, 0);
-    ck_assert_msg(rcpt_server_start(&srv, NULL, err, sizeof err) == 0, "%s", err);
+    rcpt_server_start_ok(&srv, NULL);
 }
 
 static void teardown(void)
 {
-    rcp_conn_close(conn);
-    conn = NULL;
-    rcpt_server_stop(&srv);
+    rcpt_teardown(&srv, &conn);
 }
 
 /* Through the va_list entry points: the format checker rejects a literal
@@ -95,7 +88,7 @@ static void ping_ok(void)
     rcp_reply *r = rcp_conn_command(conn, "PING");
 
     ck_assert_msg(rcpt_is_status(r, "PONG"), "PING after refusals: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 }
 
@@ -124,24 +117,24 @@ START_TEST(test_invalid_arguments)
     /* sync: an error reply, never NULL */
     r = rcp_conn_command_argv(NULL, 1, argv, NULL);
     ck_assert_msg(rcpt_is_client_error(r, RCP_ERR_INVALID), "NULL handle: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     ck_assert(rcp_reply_is_error(r));
     rcp_reply_free(r);
     r = rcp_conn_command_argv(conn, 0, argv, NULL);
     ck_assert_msg(rcpt_is_client_error(r, RCP_ERR_INVALID), "argc 0: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command_argv(conn, 1, NULL, NULL);
     ck_assert_msg(rcpt_is_client_error(r, RCP_ERR_INVALID), "NULL argv: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(NULL, "PING");
     ck_assert_msg(rcpt_is_client_error(r, RCP_ERR_INVALID), "NULL handle (fmt): %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = command_fmt(conn, "");
     ck_assert_msg(rcpt_is_client_error(r, RCP_ERR_INVALID), "empty format: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     ck_assert_int_eq(rcp_reply_is_error(NULL), 0);
@@ -213,7 +206,7 @@ static void expect_refused(const struct cmdline *c, int code, const char *word)
                   rcp_strerror(rc), code, rcp_strerror(code));
     r = rcp_conn_command_argv(conn, argc, argv_of(c, a), NULL);
     ck_assert_msg(rcpt_is_client_error(r, code), "sync \"%s\": %s", line,
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     if (word != NULL)
         ck_assert_msg(strcasestr(r->str, word) != NULL, "sync \"%s\": message \"%s\" lacks \"%s\"",
                       line, r->str, word);
@@ -231,7 +224,7 @@ static void expect_allowed(const struct cmdline *c)
     r = rcp_conn_command_argv(conn, argc_of(c), argv_of(c, a), NULL);
     ck_assert_msg(r->err != RCP_ERR_BLOCKING_COMMAND && r->err != RCP_ERR_UNSUPPORTED &&
                       r->type != RCP_REPLY_ERROR,
-                  "\"%s\" refused: %s", line, rcpt_describe(r, d, sizeof d));
+                  "\"%s\" refused: %s", line, rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 }
 
@@ -310,7 +303,7 @@ START_TEST(test_xread_stream_named_block)
     expect_allowed(&prep);
     r = rcp_conn_command_argv(conn, 6, argv_of(&xr, a), NULL);
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->err == RCP_OK && r->elements == 1,
-                  "XREAD COUNT 1 STREAMS block 0: %s", rcpt_describe(r, d, sizeof d));
+                  "XREAD COUNT 1 STREAMS block 0: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 }
 END_TEST
@@ -342,7 +335,8 @@ START_TEST(test_state_changing_commands)
                   atomic_load(&cb_calls));
     /* still in db 0, not in a transaction, not subscribed */
     r = rcp_conn_command(conn, "GET %s", "where");
-    ck_assert_msg(rcpt_is_cstring(r, "db0"), "GET after refusals: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_cstring(r, "db0"), "GET after refusals: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 }
 END_TEST
@@ -366,7 +360,7 @@ START_TEST(test_too_large)
     ck_assert_msg(rc == RCP_ERR_TOO_LARGE, "send 2000-byte SET: %d (%s)", rc, rcp_strerror(rc));
     r = rcp_conn_command_argv(conn, 3, argv, argvlen);
     ck_assert_msg(rcpt_is_client_error(r, RCP_ERR_TOO_LARGE), "sync 2000-byte SET: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     /* many small arguments add up too */
     {
@@ -385,11 +379,11 @@ START_TEST(test_too_large)
     argvlen[2] = sizeof small;
     r = rcp_conn_command_argv(conn, 3, argv, argvlen);
     ck_assert_msg(rcpt_is_status(r, "OK"), "900-byte SET under a 1024 cap: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "STRLEN k");
-    ck_assert_msg(rcpt_is_int(r, (long long)sizeof small), "STRLEN: %s",
-                  rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, (long long)sizeof small), "STRLEN: %s",
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ping_ok();
     ck_assert_int_eq(atomic_load(&cb_calls), 0);
@@ -421,37 +415,15 @@ START_TEST(test_strerror)
 }
 END_TEST
 
-static Suite *errors_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-errors");
-    TCase *tc = tcase_create("caller-errors");
-
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, rcpt_timeout_s(60));
-    RCPT_ADD_TEST(tc, test_invalid_arguments);
-    RCPT_ADD_TEST(tc, test_blocking_commands);
-    RCPT_ADD_TEST(tc, test_nonblocking_lookalikes);
-    RCPT_ADD_TEST(tc, test_xread_stream_named_block);
-    RCPT_ADD_TEST(tc, test_state_changing_commands);
-    RCPT_ADD_TEST(tc, test_too_large);
-    RCPT_ADD_TEST(tc, test_strerror);
-    suite_add_tcase(s, tc);
-    return s;
+    RCPTEST_ADD(tc, test_invalid_arguments, test_blocking_commands, test_nonblocking_lookalikes,
+                test_xread_stream_named_block, test_state_changing_commands, test_too_large,
+                test_strerror);
 }
 
 int main(void)
 {
-    char err[512];
-    SRunner *sr;
-    int failed;
-
-    if (rcpt_init(err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(errors_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rcpt_main_case("errors", "caller-errors", 60, add_tests);
 }

@@ -21,27 +21,9 @@
 static rcpt_server srv;
 static rcp_conn *conn;
 
-static void setup(void)
-{
-    char err[2048];
-
-    ck_assert_msg(rcpt_server_start(&srv, NULL, err, sizeof err) == 0, "%s", err);
-}
-
-static void teardown(void)
-{
-    if (srv.paused)
-        rcpt_server_resume(&srv);
-    rcp_conn_close(conn);
-    conn = NULL;
-    rcpt_server_stop(&srv);
-}
-
 static void open_conn(int policy)
 {
     rcp_conn_options o;
-    char err[512] = "";
-    int rc;
 
     rcpt_options(&o, &srv);
     o.request_timeout_ms = REQUEST_TIMEOUT_MS;
@@ -51,8 +33,7 @@ static void open_conn(int policy)
     o.reconnect_min_ms = 10;
     o.reconnect_max_ms = 200;
     o.connect_timeout_ms = 500;
-    rc = rcp_conn_open(&o, &conn, err, sizeof err);
-    ck_assert_msg(rc == RCP_OK, "rcp_conn_open: %s (%s)", rcp_strerror(rc), err);
+    conn = rcpt_conn_open_ok(&o);
 }
 
 struct freq {
@@ -84,7 +65,7 @@ static int frozen_failure(int err)
  * each get their own reply (late replies of timed-out requests discarded). */
 static void check_recovers(void)
 {
-    int64_t deadline = rcpt_now_ms() + 10000;
+    int64_t deadline = rcptest_now_ms() + 10000;
     char d[256];
     int i;
 
@@ -93,12 +74,12 @@ static void check_recovers(void)
         int ok = rcpt_is_status(r, "PONG");
 
         ck_assert_msg(ok || (r->type == RCP_REPLY_ERROR && frozen_failure(r->err)),
-                      "PING after SIGCONT: %s", rcpt_describe(r, d, sizeof d));
+                      "PING after SIGCONT: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         if (ok)
             break;
-        ck_assert_msg(rcpt_now_ms() < deadline, "no success within 10 s of SIGCONT");
-        rcpt_sleep_ms(10);
+        ck_assert_msg(rcptest_now_ms() < deadline, "no success within 10 s of SIGCONT");
+        rcptest_sleep_ms(10);
     }
     for (i = 0; i < 200; i++) {
         char tok[32];
@@ -107,7 +88,7 @@ static void check_recovers(void)
         snprintf(tok, sizeof tok, "after-%d", i);
         r = rcp_conn_command(conn, "ECHO %s", tok);
         ck_assert_msg(rcpt_is_cstring(r, tok), "ECHO %d after SIGCONT: %s", i,
-                      rcpt_describe(r, d, sizeof d));
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
 }
@@ -155,7 +136,7 @@ START_TEST(test_freeze_flood_and_timeouts)
                 ck_abort_msg("send %d while frozen: unexpected %d (%s)", i, rc, rcp_strerror(rc));
         }
     }
-    t_end = rcpt_now_ms();
+    t_end = rcptest_now_ms();
     fprintf(stderr, "freeze flood: accepted=%ld queue_full=%ld not_sent=%ld\n", accepted,
             queue_full, not_sent);
     ck_assert_msg(accepted >= 1, "nothing accepted");
@@ -167,12 +148,12 @@ START_TEST(test_freeze_flood_and_timeouts)
 
     /* every accepted request resolves while the server is still frozen:
      * with an error, since the server cannot have answered */
-    deadline = rcpt_now_ms() + 15000;
-    while (atomic_load(&resolved) < accepted && rcpt_now_ms() < deadline)
-        rcpt_sleep_ms(5);
+    deadline = rcptest_now_ms() + 15000;
+    while (atomic_load(&resolved) < accepted && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(5);
     ck_assert_msg(atomic_load(&resolved) == accepted,
                   "only %ld of %ld accepted requests resolved %lld ms after the flood",
-                  atomic_load(&resolved), accepted, (long long)(rcpt_now_ms() - t_end));
+                  atomic_load(&resolved), accepted, (long long)(rcptest_now_ms() - t_end));
     for (i = 0; i < FLOOD; i++) {
         int calls = atomic_load(&q[i].calls);
         if (q[i].f.resolve == NULL) {
@@ -198,18 +179,18 @@ START_TEST(test_freeze_flood_and_timeouts)
      * with QUEUE_FULL: timed-out requests still hold their in-flight slots
      * until the server answers or the connection is dropped.) */
     {
-        int64_t until = rcpt_now_ms() + IO_TIMEOUT_MS + 500;
+        int64_t until = rcptest_now_ms() + IO_TIMEOUT_MS + 500;
         int calls = 0;
-        while (rcpt_now_ms() < until || calls < 3) {
+        while (rcptest_now_ms() < until || calls < 3) {
             if (calls > 0)
-                rcpt_sleep_ms(5); /* pacing only: refusals come back at once */
+                rcptest_sleep_ms(5); /* pacing only: refusals come back at once */
             char d[256];
-            int64_t t0 = rcpt_now_ms();
+            int64_t t0 = rcptest_now_ms();
             rcp_reply *r = rcp_conn_command(conn, "GET %s", "k");
-            int64_t dt = rcpt_now_ms() - t0;
+            int64_t dt = rcptest_now_ms() - t0;
 
             ck_assert_msg(r->type == RCP_REPLY_ERROR && frozen_failure(r->err),
-                          "sync GET on a frozen server: %s", rcpt_describe(r, d, sizeof d));
+                          "sync GET on a frozen server: %s", rcptest_describe(r, d, sizeof d));
             ck_assert_msg(dt < REQUEST_TIMEOUT_MS + 2000, "sync GET took %lld ms", (long long)dt);
             rcp_reply_free(r);
             calls++;
@@ -239,17 +220,17 @@ START_TEST(test_freeze_block_policy_bounded)
     open_conn(RCP_QUEUE_BLOCK);
     ck_assert_int_eq(rcpt_server_pause(&srv), 0);
     atomic_store(&resolved, 0);
-    t0 = rcpt_now_ms();
+    t0 = rcptest_now_ms();
     for (i = 0; i < N; i++) {
         const char *argv[2] = {"ECHO", "y"};
-        int64_t s0 = rcpt_now_ms();
+        int64_t s0 = rcptest_now_ms();
         int rc;
 
         q[i].f.resolve = freq_resolve;
         q[i].f.data = &q[i];
         rc = rcp_conn_send_argv(conn, &q[i].f, 2, argv, NULL);
-        ck_assert_msg(rcpt_now_ms() - s0 < REQUEST_TIMEOUT_MS + 2000, "send %d blocked %lld ms",
-                      i, (long long)(rcpt_now_ms() - s0));
+        ck_assert_msg(rcptest_now_ms() - s0 < REQUEST_TIMEOUT_MS + 2000, "send %d blocked %lld ms",
+                      i, (long long)(rcptest_now_ms() - s0));
         if (rc == RCP_OK) {
             accepted++;
         } else {
@@ -264,10 +245,10 @@ START_TEST(test_freeze_block_policy_bounded)
     /* N sends with a 200 ms deadline each cannot take much longer than a
      * few deadlines when room frees up as requests time out */
     fprintf(stderr, "block policy: accepted=%ld refused(timeout)=%ld in %lld ms\n", accepted,
-            refused_timeout, (long long)(rcpt_now_ms() - t0));
-    deadline = rcpt_now_ms() + 15000;
-    while (atomic_load(&resolved) < accepted && rcpt_now_ms() < deadline)
-        rcpt_sleep_ms(5);
+            refused_timeout, (long long)(rcptest_now_ms() - t0));
+    deadline = rcptest_now_ms() + 15000;
+    while (atomic_load(&resolved) < accepted && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(5);
     ck_assert_msg(atomic_load(&resolved) == accepted, "resolved %ld of %ld",
                   atomic_load(&resolved), accepted);
     for (i = 0; i < N; i++) {
@@ -299,9 +280,9 @@ static void *sworker_main(void *arg)
     int i;
 
     for (i = 0; i < w->n; i++) {
-        int64_t t0 = rcpt_now_ms();
+        int64_t t0 = rcptest_now_ms();
         rcp_reply *r = rcp_conn_command(conn, "INCR %s", "frozen");
-        long dt = (long)(rcpt_now_ms() - t0);
+        long dt = (long)(rcptest_now_ms() - t0);
 
         if (dt > w->max_ms)
             w->max_ms = dt;
@@ -339,41 +320,22 @@ START_TEST(test_freeze_sync_threads)
          * the number sent */
         char d[256];
         rcp_reply *r = rcp_conn_command(conn, "GET %s", "frozen");
-        ck_assert_msg(rcpt_is_nil(r) ||
+        ck_assert_msg(rcptest_is_nil(r) ||
                           (r->type == RCP_REPLY_STRING && atoll(r->str) >= 0 && atoll(r->str) <= 80),
-                      "frozen counter: %s", rcpt_describe(r, d, sizeof d));
+                      "frozen counter: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
 }
 END_TEST
 
-static Suite *freeze_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-freeze");
-    TCase *tc = tcase_create("sigstop");
-
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, rcpt_timeout_s(90));
-    RCPT_ADD_TEST(tc, test_freeze_flood_and_timeouts);
-    RCPT_ADD_TEST(tc, test_freeze_block_policy_bounded);
-    RCPT_ADD_TEST(tc, test_freeze_sync_threads);
-    suite_add_tcase(s, tc);
-    return s;
+    rcpt_fixture(tc, &srv, &conn, NULL);
+    RCPTEST_ADD(tc, test_freeze_flood_and_timeouts, test_freeze_block_policy_bounded,
+                test_freeze_sync_threads);
 }
 
 int main(void)
 {
-    char err[512];
-    SRunner *sr;
-    int failed;
-
-    if (rcpt_init(err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(freeze_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rcpt_main_case("freeze", "sigstop", 90, add_tests);
 }

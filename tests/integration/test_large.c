@@ -20,22 +20,17 @@ static rcp_conn *conn;
 
 static void setup(void)
 {
-    char err[2048];
     rcp_conn_options o;
-    int rc;
 
-    ck_assert_msg(rcpt_server_start(&srv, NULL, err, sizeof err) == 0, "%s", err);
+    rcpt_server_start_ok(&srv, NULL);
     rcpt_options(&o, &srv);
     o.request_timeout_ms = 30000;
-    rc = rcp_conn_open(&o, &conn, err, sizeof err);
-    ck_assert_msg(rc == RCP_OK, "rcp_conn_open: %s (%s)", rcp_strerror(rc), err);
+    conn = rcpt_conn_open_ok(&o);
 }
 
 static void teardown(void)
 {
-    rcp_conn_close(conn);
-    conn = NULL;
-    rcpt_server_stop(&srv);
+    rcpt_teardown(&srv, &conn);
 }
 
 /* Every byte value in the first 256 bytes, then a pseudo-random stream so a
@@ -85,16 +80,16 @@ START_TEST(test_big_value_argv)
     ck_assert_ptr_nonnull(blob);
     argv[2] = blob;
     r = rcp_conn_command_argv(conn, 3, argv, argvlen);
-    ck_assert_msg(rcpt_is_status(r, "OK"), "SET big: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "SET big: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     r = rcp_conn_command(conn, "STRLEN %s", "big:argv");
-    ck_assert_msg(rcpt_is_int(r, BIG), "STRLEN: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, BIG), "STRLEN: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     r = rcp_conn_command(conn, "GET %s", "big:argv");
     ck_assert_msg(r->type == RCP_REPLY_STRING && r->err == RCP_OK, "GET big: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     ck_assert_uint_eq(r->len, BIG);
     ck_assert_msg(memcmp(r->str, blob, BIG) == 0, "GET big differs at byte %zu",
                   first_diff(r->str, blob, BIG));
@@ -104,11 +99,11 @@ START_TEST(test_big_value_argv)
     /* the server saw the same bytes: a range in the middle */
     r = rcp_conn_command(conn, "GETRANGE %s %d %d", "big:argv", 4000, 4000 + 27);
     ck_assert_msg(rcpt_is_string(r, blob + 4000, 28), "GETRANGE: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "GETRANGE %s %d %d", "big:argv", (int)BIG - 100, (int)BIG - 1);
     ck_assert_msg(rcpt_is_string(r, blob + BIG - 100, 100), "GETRANGE tail: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     free(blob);
 }
@@ -135,11 +130,11 @@ START_TEST(test_big_value_format)
 
     ck_assert_ptr_nonnull(blob);
     r = cmd_fmt("SET big:fmt %b", blob, n);
-    ck_assert_msg(rcpt_is_status(r, "OK"), "SET %%b: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "SET %%b: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "GET big:fmt");
     ck_assert_msg(r->type == RCP_REPLY_STRING && r->len == n, "GET: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     ck_assert_msg(memcmp(r->str, blob, n) == 0, "differs at byte %zu", first_diff(r->str, blob, n));
     rcp_reply_free(r);
     free(blob);
@@ -164,36 +159,36 @@ START_TEST(test_binary_keys)
     argv[2] = v1;
     argvlen[2] = sizeof v1;
     r = rcp_conn_command_argv(conn, 3, argv, argvlen);
-    ck_assert_msg(rcpt_is_status(r, "OK"), "SET k1: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "SET k1: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     argv[1] = k2;
     argvlen[1] = sizeof k2;
     argv[2] = "second";
     argvlen[2] = 6;
     r = rcp_conn_command_argv(conn, 3, argv, argvlen);
-    ck_assert_msg(rcpt_is_status(r, "OK"), "SET k2: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "SET k2: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     argv[0] = "GET";
     argv[1] = k1;
     argvlen[1] = sizeof k1;
     r = rcp_conn_command_argv(conn, 2, argv, argvlen);
-    ck_assert_msg(rcpt_is_string(r, v1, sizeof v1), "GET k1: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_string(r, v1, sizeof v1), "GET k1: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     argv[1] = k2;
     r = rcp_conn_command_argv(conn, 2, argv, argvlen);
-    ck_assert_msg(rcpt_is_cstring(r, "second"), "GET k2: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_cstring(r, "second"), "GET k2: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     argv[1] = k3;
     argvlen[1] = sizeof k3;
     r = rcp_conn_command_argv(conn, 2, argv, argvlen);
-    ck_assert_msg(rcpt_is_nil(r), "GET truncated key: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_nil(r), "GET truncated key: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 
     /* KEYS returns the binary names intact */
     r = rcp_conn_command(conn, "KEYS bk*");
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 2, "KEYS: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     ck_assert(r->element[0]->len == 4 && r->element[1]->len == 4);
     ck_assert(memcmp(r->element[0]->str, k1, 3) == 0 && memcmp(r->element[1]->str, k2, 3) == 0);
     ck_assert((r->element[0]->str[3] == 'x' && r->element[1]->str[3] == 'y') ||
@@ -202,7 +197,7 @@ START_TEST(test_binary_keys)
 
     /* %b keys through the format path */
     r = cmd_fmt("EXISTS %b %b %b", k1, sizeof k1, k2, sizeof k2, k3, sizeof k3);
-    ck_assert_msg(rcpt_is_int(r, 2), "EXISTS: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 2), "EXISTS: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 }
 END_TEST
@@ -215,23 +210,23 @@ START_TEST(test_empty_value)
     rcp_reply *r;
 
     r = rcp_conn_command_argv(conn, 3, argv, argvlen);
-    ck_assert_msg(rcpt_is_status(r, "OK"), "SET empty: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "SET empty: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "GET %s", "empty");
     ck_assert_msg(rcpt_is_string(r, "", 0), "GET empty (must be a 0-byte string, not nil): %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = cmd_fmt("SET empty2 %b", "", (size_t)0);
-    ck_assert_msg(rcpt_is_status(r, "OK"), "SET %%b empty: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_status(r, "OK"), "SET %%b empty: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_conn_command(conn, "STRLEN %s", "empty2");
-    ck_assert_msg(rcpt_is_int(r, 0), "STRLEN: %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcptest_is_int(r, 0), "STRLEN: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     /* an empty argument in a key position with NULL lengths */
     argv[0] = "ECHO";
     argv[1] = "";
     r = rcp_conn_command_argv(conn, 2, argv, NULL);
-    ck_assert_msg(rcpt_is_string(r, "", 0), "ECHO \"\": %s", rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_string(r, "", 0), "ECHO \"\": %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 }
 END_TEST
@@ -294,12 +289,12 @@ START_TEST(test_big_among_small)
 
         blob[round] ^= 0x55; /* a different value each round */
         r = rcp_conn_command_argv(conn, 3, argv, argvlen);
-        ck_assert_msg(rcpt_is_status(r, "OK"), "SET: %s", rcpt_describe(r, d, sizeof d));
+        ck_assert_msg(rcpt_is_status(r, "OK"), "SET: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         r = rcp_conn_command(conn, "GET big:mix");
         ck_assert_msg(r->type == RCP_REPLY_STRING && r->len == n &&
                           memcmp(r->str, blob, n) == 0,
-                      "round %d: GET big: %s", round, rcpt_describe(r, d, sizeof d));
+                      "round %d: GET big: %s", round, rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
     atomic_store(&big_done, 1);
@@ -311,35 +306,14 @@ START_TEST(test_big_among_small)
 }
 END_TEST
 
-static Suite *large_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-large");
-    TCase *tc = tcase_create("large-binary");
-
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, rcpt_timeout_s(60));
-    RCPT_ADD_TEST(tc, test_big_value_argv);
-    RCPT_ADD_TEST(tc, test_big_value_format);
-    RCPT_ADD_TEST(tc, test_binary_keys);
-    RCPT_ADD_TEST(tc, test_empty_value);
-    RCPT_ADD_TEST(tc, test_big_among_small);
-    suite_add_tcase(s, tc);
-    return s;
+    RCPTEST_ADD(tc, test_big_value_argv, test_big_value_format, test_binary_keys, test_empty_value,
+                test_big_among_small);
 }
 
 int main(void)
 {
-    char err[512];
-    SRunner *sr;
-    int failed;
-
-    if (rcpt_init(err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(large_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rcpt_main_case("large", "large-binary", 60, add_tests);
 }

@@ -56,26 +56,9 @@ static void on_event(const rcp_event *ev, void *data)
 
 static int magic = 4242;
 
-static void setup(void)
-{
-    static const char *const args[] = {"--enable-debug-command", "yes", NULL};
-    char err[2048];
-
-    ck_assert_msg(rcpt_server_start(&srv, args, err, sizeof err) == 0, "%s", err);
-}
-
-static void teardown(void)
-{
-    rcp_conn_close(conn);
-    conn = NULL;
-    rcpt_server_stop(&srv);
-}
-
 static void open_conn(int fast_path)
 {
     rcp_conn_options o;
-    char err[512] = "";
-    int rc;
 
     rcpt_options(&o, &srv);
     o.request_timeout_ms = REQUEST_TIMEOUT_MS;
@@ -85,8 +68,7 @@ static void open_conn(int fast_path)
     o.fast_path = fast_path;
     o.event_cb = on_event;
     o.event_data = &magic;
-    rc = rcp_conn_open(&o, &conn, err, sizeof err);
-    ck_assert_msg(rc == RCP_OK, "rcp_conn_open: %s (%s)", rcp_strerror(rc), err);
+    conn = rcpt_conn_open_ok(&o);
 }
 
 struct worker {
@@ -110,7 +92,7 @@ static void note_problem(struct worker *w, const char *what, const rcp_reply *r)
     if (atomic_exchange(&w->have_problem, 1) == 0) {
         char d[256];
         snprintf(w->first_problem, sizeof w->first_problem, "thread %d: %s: %s", w->id, what,
-                 rcpt_describe(r, d, sizeof d));
+                 rcptest_describe(r, d, sizeof d));
     }
 }
 
@@ -134,14 +116,14 @@ static void *worker_main(void *arg)
         /* ECHO of a unique token: a reply meant for anyone else (or for an
          * earlier request) can never match. */
         snprintf(tok, sizeof tok, "w%d-%lu", w->id, seq++);
-        t0 = rcpt_now_ms();
+        t0 = rcptest_now_ms();
         if (seq % 3 == 0) {
             const char *argv[2] = {"ECHO", tok};
             r = rcp_conn_command_argv(conn, 2, argv, NULL);
         } else {
             r = rcp_conn_command(conn, "ECHO %s", tok);
         }
-        dt = (long)(rcpt_now_ms() - t0);
+        dt = (long)(rcptest_now_ms() - t0);
         if (dt > atomic_load(&w->max_call_ms))
             atomic_store(&w->max_call_ms, dt);
         if (rcpt_is_cstring(r, tok)) {
@@ -160,7 +142,7 @@ static void *worker_main(void *arg)
             note_problem(w, "wrong reply", r);
         }
         if (r != NULL && r->type == RCP_REPLY_ERROR)
-            rcpt_sleep_ms(1); /* pace: the server is down, errors come back fast */
+            rcptest_sleep_ms(1); /* pace: the server is down, errors come back fast */
         rcp_reply_free(r);
     }
     return NULL;
@@ -190,7 +172,7 @@ static long sum_errs(void)
  * in `base`. Returns 1 on success. */
 static int wait_all_progress(const long *base, long need, int timeout_ms)
 {
-    int64_t deadline = rcpt_now_ms() + timeout_ms;
+    int64_t deadline = rcptest_now_ms() + timeout_ms;
 
     for (;;) {
         int i;
@@ -201,9 +183,9 @@ static int wait_all_progress(const long *base, long need, int timeout_ms)
                 all = 0;
         if (all)
             return 1;
-        if (rcpt_now_ms() > deadline)
+        if (rcptest_now_ms() > deadline)
             return 0;
-        rcpt_sleep_ms(5);
+        rcptest_sleep_ms(5);
     }
 }
 
@@ -259,9 +241,9 @@ static void kill_restart_under_load(int fast_path, int cycles)
         ck_assert_int_eq(rcpt_server_kill(&srv), 0);
         ok_at_kill = sum_ok();
         /* while it is down, requests must fail (bounded wait) */
-        deadline = rcpt_now_ms() + 10000;
-        while (sum_errs() < errs_before + NTHREADS && rcpt_now_ms() < deadline)
-            rcpt_sleep_ms(5);
+        deadline = rcptest_now_ms() + 10000;
+        while (sum_errs() < errs_before + NTHREADS && rcptest_now_ms() < deadline)
+            rcptest_sleep_ms(5);
         ck_assert_msg(sum_errs() >= errs_before + NTHREADS,
                       "cycle %d: only %ld errors while the server was down", cycle,
                       sum_errs() - errs_before);
@@ -300,7 +282,8 @@ static void kill_restart_under_load(int fast_path, int cycles)
 
         snprintf(tok, sizeof tok, "final-%d", i);
         r = rcp_conn_command(conn, "ECHO %s", tok);
-        ck_assert_msg(rcpt_is_cstring(r, tok), "after reconnect: %s", rcpt_describe(r, d, sizeof d));
+        ck_assert_msg(rcpt_is_cstring(r, tok), "after reconnect: %s",
+                      rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
     }
 }
@@ -382,19 +365,19 @@ START_TEST(test_kill_with_async_in_flight)
         accepted++;
     }
     /* let the batch reach the server before killing it */
-    deadline = rcpt_now_ms() + 5000;
+    deadline = rcptest_now_ms() + 5000;
     for (;;) {
         rcp_conn_stats st;
         ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
-        if (st.commands_written >= (uint64_t)N || rcpt_now_ms() > deadline)
+        if (st.commands_written >= (uint64_t)N || rcptest_now_ms() > deadline)
             break;
-        rcpt_sleep_ms(1);
+        rcptest_sleep_ms(1);
     }
     ck_assert_int_eq(rcpt_server_kill(&srv), 0);
 
-    deadline = rcpt_now_ms() + 20000;
-    while (atomic_load(&a_resolved) < accepted && rcpt_now_ms() < deadline)
-        rcpt_sleep_ms(2);
+    deadline = rcptest_now_ms() + 20000;
+    while (atomic_load(&a_resolved) < accepted && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(2);
     ck_assert_msg(atomic_load(&a_resolved) == accepted, "resolved %ld of %ld accepted",
                   atomic_load(&a_resolved), accepted);
     for (i = 0; i < N; i++) {
@@ -407,51 +390,32 @@ START_TEST(test_kill_with_async_in_flight)
                   counts[2], (int)N);
 
     ck_assert_msg(rcpt_server_restart(&srv, err, sizeof err) == 0, "%s", err);
-    deadline = rcpt_now_ms() + 10000;
+    deadline = rcptest_now_ms() + 10000;
     for (;;) {
         rcp_reply *r = rcp_conn_command(conn, "ECHO %s", "back");
         int ok = rcpt_is_cstring(r, "back");
         char d[256];
 
         ck_assert_msg(ok || (r->type == RCP_REPLY_ERROR && allowed_failure(r->err)),
-                      "after restart: %s", rcpt_describe(r, d, sizeof d));
+                      "after restart: %s", rcptest_describe(r, d, sizeof d));
         rcp_reply_free(r);
         if (ok)
             break;
-        ck_assert_msg(rcpt_now_ms() < deadline, "no success within 10 s of the restart");
-        rcpt_sleep_ms(10);
+        ck_assert_msg(rcptest_now_ms() < deadline, "no success within 10 s of the restart");
+        rcptest_sleep_ms(10);
     }
     free(q);
 }
 END_TEST
 
-static Suite *reconnect_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-reconnect");
-    TCase *tc = tcase_create("kill-restart");
-
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, rcpt_timeout_s(90));
-    RCPT_ADD_TEST(tc, test_kill_restart_under_load);
-    RCPT_ADD_TEST(tc, test_kill_restart_under_load_no_fast_path);
-    RCPT_ADD_TEST(tc, test_kill_with_async_in_flight);
-    suite_add_tcase(s, tc);
-    return s;
+    rcpt_fixture(tc, &srv, &conn, rcpt_debug_args);
+    RCPTEST_ADD(tc, test_kill_restart_under_load, test_kill_restart_under_load_no_fast_path,
+                test_kill_with_async_in_flight);
 }
 
 int main(void)
 {
-    char err[512];
-    SRunner *sr;
-    int failed;
-
-    if (rcpt_init(err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(reconnect_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rcpt_main_case("reconnect", "kill-restart", 90, add_tests);
 }

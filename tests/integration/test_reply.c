@@ -17,23 +17,17 @@ static rcp_conn *conn;
 
 static void setup(void)
 {
-    static const char *const args[] = {"--enable-debug-command", "yes", NULL};
-    char err[2048];
     rcp_conn_options o;
-    int rc;
 
-    ck_assert_msg(rcpt_server_start(&srv, args, err, sizeof err) == 0, "%s", err);
+    rcpt_server_start_ok(&srv, rcpt_debug_args);
     rcpt_options(&o, &srv);
     o.request_timeout_ms = 10000;
-    rc = rcp_conn_open(&o, &conn, err, sizeof err);
-    ck_assert_msg(rc == RCP_OK, "rcp_conn_open: %s (%s)", rcp_strerror(rc), err);
+    conn = rcpt_conn_open_ok(&o);
 }
 
 static void teardown(void)
 {
-    rcp_conn_close(conn);
-    conn = NULL;
-    rcpt_server_stop(&srv);
+    rcpt_teardown(&srv, &conn);
 }
 
 struct keeper {
@@ -54,10 +48,10 @@ static void keep_cb(rcp_future *f, rcp_reply *reply)
 
 static void wait_called(struct keeper *k)
 {
-    int64_t deadline = rcpt_now_ms() + 10000;
+    int64_t deadline = rcptest_now_ms() + 10000;
 
-    while (atomic_load(&k->calls) == 0 && rcpt_now_ms() < deadline)
-        rcpt_sleep_ms(1);
+    while (atomic_load(&k->calls) == 0 && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(1);
     ck_assert_int_eq(atomic_load(&k->calls), 1);
 }
 
@@ -100,7 +94,7 @@ START_TEST(test_keep_string)
     run(&k, 2, get, 0);
     churn();
     ck_assert_msg(rcpt_is_cstring(k.kept, "kept-value"), "kept: %s",
-                  rcpt_describe(k.kept, d, sizeof d));
+                  rcptest_describe(k.kept, d, sizeof d));
     rcp_reply_free(k.kept);
 }
 END_TEST
@@ -113,12 +107,12 @@ START_TEST(test_keep_array)
     char d[256];
     rcp_reply *r = rcp_conn_command_argv(conn, 5, push, NULL);
 
-    ck_assert(rcpt_is_int(r, 3));
+    ck_assert(rcptest_is_int(r, 3));
     rcp_reply_free(r);
     run(&k, 4, range, 0);
     churn();
     ck_assert_msg(k.kept->type == RCP_REPLY_ARRAY && k.kept->elements == 3, "kept: %s",
-                  rcpt_describe(k.kept, d, sizeof d));
+                  rcptest_describe(k.kept, d, sizeof d));
     ck_assert(rcpt_is_cstring(k.kept->element[0], "one"));
     ck_assert(rcpt_is_cstring(k.kept->element[1], "two"));
     ck_assert(rcpt_is_cstring(k.kept->element[2], "three"));
@@ -136,7 +130,7 @@ START_TEST(test_keep_server_error)
     churn();
     ck_assert_msg(k.kept->type == RCP_REPLY_ERROR && k.kept->err == RCP_ERR_SERVER &&
                       strncmp(k.kept->str, "ERR unknown command", 19) == 0,
-                  "kept: %s", rcpt_describe(k.kept, d, sizeof d));
+                  "kept: %s", rcptest_describe(k.kept, d, sizeof d));
     ck_assert(rcp_reply_is_error(k.kept));
     rcp_reply_free(k.kept);
 }
@@ -152,7 +146,7 @@ START_TEST(test_keep_client_error)
     run(&k, 3, slow, 50);
     churn();
     ck_assert_msg(rcpt_is_client_error(k.kept, RCP_ERR_TIMEOUT), "kept: %s",
-                  rcpt_describe(k.kept, d, sizeof d));
+                  rcptest_describe(k.kept, d, sizeof d));
     ck_assert(rcp_reply_is_error(k.kept));
     rcp_reply_free(k.kept);
 }
@@ -230,19 +224,19 @@ START_TEST(test_dup_nested)
                             "return {1, 'two', {3, {'four', 'f\\0ive'}, {}}, false, "
                             "redis.status_reply('ST'), redis.error_reply('ERR inner')}");
     ck_assert_msg(orig->type == RCP_REPLY_ARRAY && orig->elements == 6, "EVAL: %s",
-                  rcpt_describe(orig, d, sizeof d));
-    ck_assert(rcpt_is_int(orig->element[0], 1));
+                  rcptest_describe(orig, d, sizeof d));
+    ck_assert(rcptest_is_int(orig->element[0], 1));
     ck_assert(rcpt_is_cstring(orig->element[1], "two"));
     ck_assert(orig->element[2]->type == RCP_REPLY_ARRAY && orig->element[2]->elements == 3);
     ck_assert(rcpt_is_string(orig->element[2]->element[1]->element[1], "f\0ive", 5));
     ck_assert(orig->element[2]->element[2]->type == RCP_REPLY_ARRAY &&
               orig->element[2]->element[2]->elements == 0);
-    ck_assert(rcpt_is_nil(orig->element[3]));
+    ck_assert(rcptest_is_nil(orig->element[3]));
     ck_assert(rcpt_is_status(orig->element[4], "ST"));
     ck_assert_msg(orig->element[5]->type == RCP_REPLY_ERROR &&
                       orig->element[5]->err == RCP_ERR_SERVER &&
                       strcmp(orig->element[5]->str, "ERR inner") == 0,
-                  "error element: %s", rcpt_describe(orig->element[5], d, sizeof d));
+                  "error element: %s", rcptest_describe(orig->element[5], d, sizeof d));
 
     copy = rcp_reply_dup(orig);
     ck_assert_ptr_nonnull(copy);
@@ -258,7 +252,7 @@ START_TEST(test_dup_nested)
     ck_assert_ptr_nonnull(copy2);
     check_same(copy, copy2, 0);
     rcp_reply_free(copy);
-    ck_assert(rcpt_is_int(copy2->element[2]->element[0], 3));
+    ck_assert(rcptest_is_int(copy2->element[2]->element[0], 3));
     rcp_reply_free(copy2);
 }
 END_TEST
@@ -273,12 +267,12 @@ START_TEST(test_dup_scalars_and_client_error)
     c = rcp_reply_dup(r);
     check_same(r, c, 0);
     rcp_reply_free(r);
-    ck_assert(rcpt_is_int(c, -42));
+    ck_assert(rcptest_is_int(c, -42));
     rcp_reply_free(c);
 
     r = rcp_conn_command(conn, "GET %s", "nothing");
     c = rcp_reply_dup(r);
-    ck_assert(rcpt_is_nil(c));
+    ck_assert(rcptest_is_nil(c));
     rcp_reply_free(r);
     rcp_reply_free(c);
 
@@ -322,9 +316,9 @@ START_TEST(test_dup_in_callback)
     p.f.resolve = dup_cb;
     p.f.data = &p;
     ck_assert_int_eq(rcp_conn_send_argv(conn, &p.f, 3, argv, NULL), RCP_OK);
-    deadline = rcpt_now_ms() + 10000;
-    while (atomic_load(&p.calls) == 0 && rcpt_now_ms() < deadline)
-        rcpt_sleep_ms(1);
+    deadline = rcptest_now_ms() + 10000;
+    while (atomic_load(&p.calls) == 0 && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(1);
     ck_assert_int_eq(atomic_load(&p.calls), 1);
     churn();
     ck_assert_ptr_nonnull(p.copy);
@@ -335,38 +329,15 @@ START_TEST(test_dup_in_callback)
 }
 END_TEST
 
-static Suite *reply_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-reply");
-    TCase *tc = tcase_create("ownership");
-
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, rcpt_timeout_s(60));
-    RCPT_ADD_TEST(tc, test_keep_string);
-    RCPT_ADD_TEST(tc, test_keep_array);
-    RCPT_ADD_TEST(tc, test_keep_server_error);
-    RCPT_ADD_TEST(tc, test_keep_client_error);
-    RCPT_ADD_TEST(tc, test_keep_many);
-    RCPT_ADD_TEST(tc, test_dup_nested);
-    RCPT_ADD_TEST(tc, test_dup_scalars_and_client_error);
-    RCPT_ADD_TEST(tc, test_dup_in_callback);
-    suite_add_tcase(s, tc);
-    return s;
+    RCPTEST_ADD(tc, test_keep_string, test_keep_array, test_keep_server_error,
+                test_keep_client_error, test_keep_many, test_dup_nested,
+                test_dup_scalars_and_client_error, test_dup_in_callback);
 }
 
 int main(void)
 {
-    char err[512];
-    SRunner *sr;
-    int failed;
-
-    if (rcpt_init(err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(reply_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rcpt_main_case("reply", "ownership", 60, add_tests);
 }

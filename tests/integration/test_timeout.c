@@ -14,32 +14,14 @@
 static rcpt_server srv;
 static rcp_conn *conn;
 
-static void setup(void)
-{
-    static const char *const args[] = {"--enable-debug-command", "yes", NULL};
-    char err[2048];
-
-    ck_assert_msg(rcpt_server_start(&srv, args, err, sizeof err) == 0, "%s", err);
-}
-
-static void teardown(void)
-{
-    rcp_conn_close(conn);
-    conn = NULL;
-    rcpt_server_stop(&srv);
-}
-
 static void open_conn(int request_timeout_ms, int fast_path)
 {
     rcp_conn_options o;
-    char err[512] = "";
-    int rc;
 
     rcpt_options(&o, &srv);
     o.request_timeout_ms = request_timeout_ms;
     o.fast_path = fast_path;
-    rc = rcp_conn_open(&o, &conn, err, sizeof err);
-    ck_assert_msg(rc == RCP_OK, "rcp_conn_open: %s (%s)", rcp_strerror(rc), err);
+    conn = rcpt_conn_open_ok(&o);
 }
 
 struct treq {
@@ -56,7 +38,7 @@ static void treq_resolve(rcp_future *f, rcp_reply *reply)
 
     atomic_store(&q->type, reply ? reply->type : -1);
     atomic_store(&q->err, reply ? reply->err : -1);
-    atomic_store(&q->at_ms, (long long)rcpt_now_ms());
+    atomic_store(&q->at_ms, (long long)rcptest_now_ms());
     atomic_fetch_add(&q->calls, 1);
 }
 
@@ -65,7 +47,7 @@ static void expect_echo(const char *tok)
     char d[256];
     rcp_reply *r = rcp_conn_command(conn, "ECHO %s", tok);
 
-    ck_assert_msg(rcpt_is_cstring(r, tok), "ECHO %s: %s", tok, rcpt_describe(r, d, sizeof d));
+    ck_assert_msg(rcpt_is_cstring(r, tok), "ECHO %s: %s", tok, rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
 }
 
@@ -88,11 +70,11 @@ START_TEST(test_future_timeout_async)
     q.f.resolve = treq_resolve;
     q.f.data = &q;
     q.f.timeout_ms = 100;
-    t0 = rcpt_now_ms();
+    t0 = rcptest_now_ms();
     ck_assert_int_eq(rcp_conn_send_argv(conn, &q.f, 3, argv, NULL), RCP_OK);
     deadline = t0 + 5000;
-    while (atomic_load(&q.calls) == 0 && rcpt_now_ms() < deadline)
-        rcpt_sleep_ms(2);
+    while (atomic_load(&q.calls) == 0 && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(2);
     ck_assert_int_eq(atomic_load(&q.calls), 1);
     ck_assert_msg(atomic_load(&q.type) == RCP_REPLY_ERROR && atomic_load(&q.err) == RCP_ERR_TIMEOUT,
                   "DEBUG SLEEP 0.5 with a 100 ms deadline: type %d err %d (%s)",
@@ -129,11 +111,11 @@ static void sync_timeout(int fast_path)
     open_conn(100, fast_path);
     expect_echo("warm");
     ck_assert_int_eq(rcp_conn_get_stats(conn, &before), RCP_OK);
-    t0 = rcpt_now_ms();
+    t0 = rcptest_now_ms();
     r = rcp_conn_command(conn, "DEBUG SLEEP %s", "0.5");
-    dt = rcpt_now_ms() - t0;
+    dt = rcptest_now_ms() - t0;
     ck_assert_msg(rcpt_is_client_error(r, RCP_ERR_TIMEOUT), "sync DEBUG SLEEP 0.5: %s",
-                  rcpt_describe(r, d, sizeof d));
+                  rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_msg(dt < 500, "sync call returned after %lld ms, deadline 100 ms", (long long)dt);
 
@@ -141,7 +123,7 @@ static void sync_timeout(int fast_path)
      * time out too; within a bounded number of tries one gets its own
      * reply, never the sleep's */
     {
-        int64_t deadline = rcpt_now_ms() + 5000;
+        int64_t deadline = rcptest_now_ms() + 5000;
         int got = 0;
         int n = 0;
         while (!got) {
@@ -152,9 +134,9 @@ static void sync_timeout(int fast_path)
                 got = 1;
             else
                 ck_assert_msg(rcpt_is_client_error(r, RCP_ERR_TIMEOUT), "ECHO after timeout: %s",
-                              rcpt_describe(r, d, sizeof d));
+                              rcptest_describe(r, d, sizeof d));
             rcp_reply_free(r);
-            ck_assert_msg(got || rcpt_now_ms() < deadline, "no own reply within 5 s");
+            ck_assert_msg(got || rcptest_now_ms() < deadline, "no own reply within 5 s");
         }
     }
     expect_echo("once-more");
@@ -189,9 +171,9 @@ START_TEST(test_future_no_deadline)
     q.f.data = &q;
     q.f.timeout_ms = -1;
     ck_assert_int_eq(rcp_conn_send_argv(conn, &q.f, 3, argv, NULL), RCP_OK);
-    deadline = rcpt_now_ms() + 5000;
-    while (atomic_load(&q.calls) == 0 && rcpt_now_ms() < deadline)
-        rcpt_sleep_ms(2);
+    deadline = rcptest_now_ms() + 5000;
+    while (atomic_load(&q.calls) == 0 && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(2);
     ck_assert_int_eq(atomic_load(&q.calls), 1);
     ck_assert_msg(atomic_load(&q.type) == RCP_REPLY_STATUS && atomic_load(&q.err) == RCP_OK,
                   "DEBUG SLEEP 0.3 with no deadline: type %d err %d (%s)", atomic_load(&q.type),
@@ -224,10 +206,10 @@ START_TEST(test_many_timeouts_then_ordered)
         q[i].f.timeout_ms = 50;
         ck_assert_int_eq(rcp_conn_send_argv(conn, &q[i].f, 2, argv, NULL), RCP_OK);
     }
-    deadline = rcpt_now_ms() + 5000;
+    deadline = rcptest_now_ms() + 5000;
     for (i = 0; i < N; i++) {
-        while (atomic_load(&q[i].calls) == 0 && rcpt_now_ms() < deadline)
-            rcpt_sleep_ms(2);
+        while (atomic_load(&q[i].calls) == 0 && rcptest_now_ms() < deadline)
+            rcptest_sleep_ms(2);
         ck_assert_int_eq(atomic_load(&q[i].calls), 1);
         ck_assert_msg(atomic_load(&q[i].err) == RCP_ERR_TIMEOUT, "request %d: err %d (%s)", i,
                       atomic_load(&q[i].err), rcp_strerror(atomic_load(&q[i].err)));
@@ -244,35 +226,15 @@ START_TEST(test_many_timeouts_then_ordered)
 }
 END_TEST
 
-static Suite *timeout_suite(void)
+static void add_tests(TCase *tc)
 {
-    Suite *s = suite_create("integration-timeout");
-    TCase *tc = tcase_create("request-timeout");
-
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, rcpt_timeout_s(60));
-    RCPT_ADD_TEST(tc, test_future_timeout_async);
-    RCPT_ADD_TEST(tc, test_sync_timeout_fast_path);
-    RCPT_ADD_TEST(tc, test_sync_timeout_no_fast_path);
-    RCPT_ADD_TEST(tc, test_future_no_deadline);
-    RCPT_ADD_TEST(tc, test_many_timeouts_then_ordered);
-    suite_add_tcase(s, tc);
-    return s;
+    rcpt_fixture(tc, &srv, &conn, rcpt_debug_args);
+    RCPTEST_ADD(tc, test_future_timeout_async, test_sync_timeout_fast_path,
+                test_sync_timeout_no_fast_path, test_future_no_deadline,
+                test_many_timeouts_then_ordered);
 }
 
 int main(void)
 {
-    char err[512];
-    SRunner *sr;
-    int failed;
-
-    if (rcpt_init(err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL (cannot run integration tests): %s\n", err);
-        return EXIT_FAILURE;
-    }
-    sr = srunner_create(timeout_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rcpt_main_case("timeout", "request-timeout", 60, add_tests);
 }

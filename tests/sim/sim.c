@@ -111,36 +111,7 @@ const char sim_prelude[] = "on PING => send \"+PONG\\r\\n\"\n"
                            "on ASKING => send \"+OK\\r\\n\"\n";
 
 /* ------------------------------------------------------------------ */
-/* small helpers                                                       */
-
-uint64_t sim_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void sim_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-int sim_scale(int base)
-{
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    return base * 3;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-    return base * 3;
-#else
-    return base;
-#endif
-#else
-    return base;
-#endif
-}
+/* small helpers (time and the sanitizer scale: tests/common/common.h)  */
 
 static void *xrealloc(void *p, size_t n)
 {
@@ -686,7 +657,7 @@ static void parse_input(sim_node *n, int id)
         GROW(n->log, n->nlog, n->caplog);
         lg = &n->log[n->nlog];
         lg->conn = id;
-        lg->t_ns = sim_now_ns();
+        lg->t_ns = rcptest_now_ns();
         lg->argc = (int)argc;
         lg->argv = argv;
         lg->lens = lens;
@@ -798,7 +769,7 @@ static void run_script(sim_node *n)
 {
     for (;;) {
         step *s;
-        uint64_t now = sim_now_ns();
+        uint64_t now = rcptest_now_ns();
         int done = 0, timed = 1;
         sconn *cur;
         if (n->failed)
@@ -887,7 +858,7 @@ static void run_script(sim_node *n)
             done = now >= n->stall_until;
             break;
         case S_TIMEOUT:
-            n->step_timeout_ms = sim_scale(s->ms);
+            n->step_timeout_ms = rcptest_scale(s->ms);
             done = 1;
             break;
         case S_CLOSE:
@@ -976,7 +947,7 @@ sim_node *sim_new(const char *bind_host)
 
     memset(n, 0, sizeof *n);
     n->cur = n->hold = -1;
-    n->step_timeout_ms = sim_scale(10000);
+    n->step_timeout_ms = rcptest_scale(10000);
     pthread_mutex_init(&n->mu, NULL);
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
@@ -1082,7 +1053,7 @@ void sim_set_ports(sim_node *n, const int *ports, int k)
 
 int sim_wait(sim_node *n, int timeout_ms)
 {
-    uint64_t until = sim_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t until = rcptest_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     for (;;) {
         int st;
         pthread_mutex_lock(&n->mu);
@@ -1090,9 +1061,9 @@ int sim_wait(sim_node *n, int timeout_ms)
         pthread_mutex_unlock(&n->mu);
         if (st <= 0)
             return st;
-        if (sim_now_ns() >= until)
+        if (rcptest_now_ns() >= until)
             return -1;
-        sim_sleep_ms(2);
+        rcptest_sleep_ms(2);
     }
 }
 
@@ -1134,10 +1105,10 @@ size_t sim_count(sim_node *n, const char *pattern)
 
 size_t sim_wait_count(sim_node *n, const char *pattern, size_t want, int timeout_ms)
 {
-    uint64_t until = sim_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t until = rcptest_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     size_t c;
-    while ((c = sim_count(n, pattern)) < want && sim_now_ns() < until)
-        sim_sleep_ms(2);
+    while ((c = sim_count(n, pattern)) < want && rcptest_now_ns() < until)
+        rcptest_sleep_ms(2);
     return c;
 }
 
@@ -1186,15 +1157,7 @@ int sim_conns_closed_by_peer(sim_node *n)
 
 void sim_cluster_options(rcp_cluster_options *o, rcp_conn_options *node, const char *seeds)
 {
-    rcp_cluster_options_init(o);
-    rcp_conn_options_init(node);
-    node->connect_timeout_ms = sim_scale(1000);
-    node->request_timeout_ms = sim_scale(3000);
-    node->io_timeout_ms = sim_scale(3000);
-    node->reconnect_min_ms = 5;
-    node->reconnect_max_ms = 100;
-    o->seeds = seeds;
-    o->node = node;
+    rcptest_cluster_options(o, node, seeds, 1000, 3000, 5, 100);
     o->refresh_interval_ms = 600000; /* the tests trigger refreshes */
 }
 
@@ -1213,7 +1176,7 @@ static void fut_resolve(rcp_future *f, rcp_reply *r)
         memcpy(sf->str, r->str, sf->len);
         sf->str[sf->len] = '\0';
     }
-    sf->t_ns = sim_now_ns();
+    sf->t_ns = rcptest_now_ns();
     pthread_cond_broadcast(&sf->cv);
     pthread_mutex_unlock(&sf->mu);
 }
@@ -1275,27 +1238,22 @@ void sim_assert_done(sim_node *n, int timeout_ms)
 
 uint64_t sim_wait_stat(rcp_cluster *cl, size_t off, uint64_t want, int timeout_ms)
 {
-    uint64_t until = sim_now_ns() + (uint64_t)timeout_ms * 1000000ull, v;
+    uint64_t until = rcptest_now_ns() + (uint64_t)timeout_ms * 1000000ull, v;
     for (;;) {
         rcp_cluster_stats st;
         ck_assert_int_eq(rcp_cluster_get_stats(cl, &st), RCP_OK);
         memcpy(&v, (const char *)&st + off, sizeof v);
-        if (v >= want || sim_now_ns() >= until)
+        if (v >= want || rcptest_now_ns() >= until)
             return v;
-        sim_sleep_ms(5);
+        rcptest_sleep_ms(5);
     }
 }
 
 int sim_run(const char *name, TCase *tc)
 {
     Suite *s = suite_create(name);
-    SRunner *sr;
-    int failed;
-    tcase_set_timeout(tc, sim_scale(90));
+
+    tcase_set_timeout(tc, rcptest_scale(90));
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rcptest_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -10,7 +10,9 @@
  *
  * The node never uses rcpipe's allocator hooks (plain malloc): a test run
  * with a failing allocator installed fails the library, not the fake.
- * Nothing is global: each node is its own object, freed with sim_free. */
+ * Nothing is global: each node is its own object, freed with sim_free.
+ * Time and the sanitizer scale the tests use: tests/common/common.h
+ * (rcptest_now_ns, rcptest_sleep_ms, rcptest_scale). */
 #ifndef RCP_SIM_H
 #define RCP_SIM_H
 
@@ -18,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common.h"
 #include "rcpipe.h"
 
 #define SIM_MAX_NODES 10
@@ -77,12 +80,6 @@ size_t sim_log_len(sim_node *n);
 /* Connections accepted so far, and how many of them the client closed. */
 int sim_conns(sim_node *n);
 int sim_conns_closed_by_peer(sim_node *n);
-
-/* Time helpers shared by the tests. */
-uint64_t sim_now_ns(void);
-void sim_sleep_ms(int ms);
-/* base scaled for a slow sanitizer build (x3 under ASan or TSan). */
-int sim_scale(int base);
 
 /* Cluster options for the tests: seeds, short timeouts scaled for the
  * build, a long periodic refresh (the tests trigger refreshes themselves).

@@ -35,22 +35,23 @@ START_TEST(hung_node)
     sim_cluster_options(&o, &no, sim_addr(n[0], a0, sizeof a0));
     cl = sim_open(&o);
     sim_loadf(n[0], "on ** => hang\n");
-    ck_assert_int_eq(sim_wait(n[0], sim_scale(2000)), 0);
+    ck_assert_int_eq(sim_wait(n[0], rcptest_scale(2000)), 0);
 
     /* A short deadline fires. */
-    sim_fut_init(&quick, sim_scale(200));
+    sim_fut_init(&quick, rcptest_scale(200));
     ck_assert_int_eq(rcp_cluster_send(cl, &quick.f, "GET %s", HUNG_KEY), RCP_OK);
-    ck_assert_int_eq(sim_fut_wait(&quick, sim_scale(5000)), 0);
+    ck_assert_int_eq(sim_fut_wait(&quick, rcptest_scale(5000)), 0);
     ck_assert_int_eq(quick.err, RCP_ERR_TIMEOUT);
     ck_assert_uint_ge(sim_count(n[0], "GET " HUNG_KEY), 1);
 
     /* The timeout counts as node trouble: a forced refresh. */
-    ck_assert_uint_ge(sim_wait_stat(cl, offsetof(rcp_cluster_stats, refreshes_forced), 1, sim_scale(3000)),
+    ck_assert_uint_ge(sim_wait_stat(cl, offsetof(rcp_cluster_stats, refreshes_forced), 1,
+                                    rcptest_scale(3000)),
                       1);
 
     /* Requests stuck on the hung node do not hold up the live one. */
     for (int i = 0; i < WAITING; i++) {
-        sim_fut_init(&slow[i], sim_scale(2000));
+        sim_fut_init(&slow[i], rcptest_scale(2000));
         ck_assert_int_eq(rcp_cluster_send(cl, &slow[i].f, "GET %s", HUNG_KEY), RCP_OK);
     }
     for (int i = 0; i < LIVE; i++) {
@@ -67,7 +68,7 @@ START_TEST(hung_node)
     ck_assert_msg(done_early == 0, "%d requests to the hung node were resolved before their deadline",
                   done_early);
     for (int i = 0; i < WAITING; i++) {
-        ck_assert_int_eq(sim_fut_wait(&slow[i], sim_scale(10000)), 0);
+        ck_assert_int_eq(sim_fut_wait(&slow[i], rcptest_scale(10000)), 0);
         ck_assert_msg(slow[i].err == RCP_ERR_TIMEOUT || slow[i].err == RCP_ERR_IO, "err %d %s",
                       slow[i].err, slow[i].str);
     }
@@ -98,25 +99,25 @@ START_TEST(hung_conn_io_timeout)
     sim_loadf(n, "on ** => hang\n");
     rcp_conn_options_init(&o);
     o.port = sim_port(n);
-    o.request_timeout_ms = sim_scale(200);
-    o.io_timeout_ms = sim_scale(400);
+    o.request_timeout_ms = rcptest_scale(200);
+    o.io_timeout_ms = rcptest_scale(400);
     o.reconnect_min_ms = 5;
     ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "%s", err);
     r = rcp_conn_command(c, "GET x");
     ck_assert_int_eq(r->err, RCP_ERR_TIMEOUT);
     rcp_reply_free(r);
-    until = sim_now_ns() + (uint64_t)sim_scale(5000) * 1000000ull;
+    until = rcptest_now_ns() + (uint64_t)rcptest_scale(5000) * 1000000ull;
     do {
         ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
         if (st.disconnects >= 1)
             break;
-        sim_sleep_ms(5);
-    } while (sim_now_ns() < until);
+        rcptest_sleep_ms(5);
+    } while (rcptest_now_ns() < until);
     ck_assert_uint_ge(st.disconnects, 1);
     ck_assert_uint_ge(st.timeouts, 1);
-    until = sim_now_ns() + (uint64_t)sim_scale(2000) * 1000000ull;
-    while (sim_conns_closed_by_peer(n) < 1 && sim_now_ns() < until)
-        sim_sleep_ms(2); /* the node sees the close a moment later */
+    until = rcptest_now_ns() + (uint64_t)rcptest_scale(2000) * 1000000ull;
+    while (sim_conns_closed_by_peer(n) < 1 && rcptest_now_ns() < until)
+        rcptest_sleep_ms(2); /* the node sees the close a moment later */
     ck_assert_int_ge(sim_conns_closed_by_peer(n), 1);
     rcp_conn_close(c);
     sim_free(n);
@@ -145,20 +146,20 @@ START_TEST(queue_full_returned_and_call_deadline)
     sim_cluster_options(&o, &no, sim_addr(n[0], a0, sizeof a0));
     no.max_inflight = 4;
     no.queue_policy = RCP_QUEUE_FAIL;
-    no.request_timeout_ms = sim_scale(3000);
+    no.request_timeout_ms = rcptest_scale(3000);
     no.io_timeout_ms = 0;
     cl = sim_open(&o);
     sim_loadf(n[0], "on ** => hang\n");
-    ck_assert_int_eq(sim_wait(n[0], sim_scale(2000)), 0);
+    ck_assert_int_eq(sim_wait(n[0], rcptest_scale(2000)), 0);
 
     for (int i = 0; i < 4; i++) {
-        sim_fut_init(&held[i], sim_scale(1000));
+        sim_fut_init(&held[i], rcptest_scale(1000));
         ck_assert_int_eq(rcp_cluster_send(cl, &held[i].f, "GET %s", HUNG_KEY), RCP_OK);
     }
-    sim_fut_init(&refused, sim_scale(1000));
+    sim_fut_init(&refused, rcptest_scale(1000));
     ck_assert_int_eq(rcp_cluster_send(cl, &refused.f, "GET %s", HUNG_KEY), RCP_ERR_QUEUE_FULL);
     for (int i = 0; i < 4; i++) {
-        ck_assert_int_eq(sim_fut_wait(&held[i], sim_scale(10000)), 0);
+        ck_assert_int_eq(sim_fut_wait(&held[i], rcptest_scale(10000)), 0);
         ck_assert_int_eq(held[i].err, RCP_ERR_TIMEOUT);
     }
 
@@ -167,19 +168,19 @@ START_TEST(queue_full_returned_and_call_deadline)
      * wait for replies that never come): a timeout long before the
      * handle's 3 s. */
     sim_loadf(n[1], "on ** => hang\n");
-    ck_assert_int_eq(sim_wait(n[1], sim_scale(2000)), 0);
-    t0 = sim_now_ns();
-    r = rcp_cluster_command_timeout(cl, sim_scale(200), "GET %s", LIVE_KEY);
-    took_ms = (sim_now_ns() - t0) / 1000000ull;
+    ck_assert_int_eq(sim_wait(n[1], rcptest_scale(2000)), 0);
+    t0 = rcptest_now_ns();
+    r = rcp_cluster_command_timeout(cl, rcptest_scale(200), "GET %s", LIVE_KEY);
+    took_ms = (rcptest_now_ns() - t0) / 1000000ull;
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_TIMEOUT, "err %d %s", r->err,
                   r->str ? r->str : "");
     rcp_reply_free(r);
-    ck_assert_msg(took_ms < (uint64_t)sim_scale(3000) / 2,
+    ck_assert_msg(took_ms < (uint64_t)rcptest_scale(3000) / 2,
                   "the call's 200 ms deadline was not used: it took %llu ms",
                   (unsigned long long)took_ms);
     {
         const char *argv[] = {"GET", LIVE_KEY};
-        r = rcp_cluster_command_argv_timeout(cl, sim_scale(200), 2, argv, NULL);
+        r = rcp_cluster_command_argv_timeout(cl, rcptest_scale(200), 2, argv, NULL);
         ck_assert_int_eq(r->err, RCP_ERR_TIMEOUT);
         rcp_reply_free(r);
     }
@@ -213,35 +214,35 @@ START_TEST(close_is_prompt_with_hung_nodes)
     for (int i = 0; i < 2; i++)
         sim_loadf(n[i], "%son CLUSTER SLOTS => slots 0-8191=$P0 8192-16383=$P1\n", sim_prelude);
     sim_cluster_options(&o, &no, sim_addr(n[0], a0, sizeof a0));
-    no.request_timeout_ms = sim_scale(10000);
-    no.connect_timeout_ms = sim_scale(3000); /* a refresh waits up to 4 s for an answer */
+    no.request_timeout_ms = rcptest_scale(10000);
+    no.connect_timeout_ms = rcptest_scale(3000); /* a refresh waits up to 4 s for an answer */
     cl = sim_open(&o);
     sim_loadf(n[1], "on CLUSTER SLOTS => hang\non PING => hang\n");
     sim_loadf(n[0], "on ** => hang\n");
-    ck_assert_int_eq(sim_wait(n[0], sim_scale(2000)), 0);
-    ck_assert_int_eq(sim_wait(n[1], sim_scale(2000)), 0);
+    ck_assert_int_eq(sim_wait(n[0], rcptest_scale(2000)), 0);
+    ck_assert_int_eq(sim_wait(n[1], rcptest_scale(2000)), 0);
     /* A timeout forces a refresh, which hangs on either node. */
-    sim_fut_init(&quick, sim_scale(100));
+    sim_fut_init(&quick, rcptest_scale(100));
     ck_assert_int_eq(rcp_cluster_send(cl, &quick.f, "GET %s", HUNG_KEY), RCP_OK);
-    ck_assert_int_eq(sim_fut_wait(&quick, sim_scale(5000)), 0);
+    ck_assert_int_eq(sim_fut_wait(&quick, rcptest_scale(5000)), 0);
     ck_assert_int_eq(quick.err, RCP_ERR_TIMEOUT);
     {
         /* The bootstrap asked node 0; the forced refresh asks either. */
-        uint64_t until = sim_now_ns() + (uint64_t)sim_scale(3000) * 1000000ull;
+        uint64_t until = rcptest_now_ns() + (uint64_t)rcptest_scale(3000) * 1000000ull;
         size_t c = 0;
-        while (sim_now_ns() < until &&
+        while (rcptest_now_ns() < until &&
                (c = sim_count(n[0], "CLUSTER SLOTS") + sim_count(n[1], "CLUSTER SLOTS")) < 2)
-            sim_sleep_ms(5);
+            rcptest_sleep_ms(5);
         ck_assert_uint_ge(c, 2);
     }
     for (int i = 0; i < 3; i++) {
         sim_fut_init(&stuck[i], 0);
         ck_assert_int_eq(rcp_cluster_send(cl, &stuck[i].f, "GET %s", HUNG_KEY), RCP_OK);
     }
-    t0 = sim_now_ns();
+    t0 = rcptest_now_ns();
     rcp_cluster_close(cl);
-    took_ms = (sim_now_ns() - t0) / 1000000ull;
-    ck_assert_msg(took_ms < (uint64_t)sim_scale(1000), "close took %llu ms",
+    took_ms = (rcptest_now_ns() - t0) / 1000000ull;
+    ck_assert_msg(took_ms < (uint64_t)rcptest_scale(1000), "close took %llu ms",
                   (unsigned long long)took_ms);
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(stuck[i].calls, 1);
@@ -277,18 +278,18 @@ START_TEST(short_deadline_behind_lone_caller)
     sim_loadf(n, "on ** => hang\n");
     rcp_conn_options_init(&o);
     o.port = sim_port(n);
-    o.request_timeout_ms = sim_scale(6000);
+    o.request_timeout_ms = rcptest_scale(6000);
     o.io_timeout_ms = 0;
     ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "%s", err);
     ck_assert_int_eq(pthread_create(&th, NULL, lone_caller, c), 0);
-    ck_assert_uint_eq(sim_wait_count(n, "GET lone", 1, sim_scale(2000)), 1);
-    sim_fut_init(&f, sim_scale(200));
-    t0 = sim_now_ns();
+    ck_assert_uint_eq(sim_wait_count(n, "GET lone", 1, rcptest_scale(2000)), 1);
+    sim_fut_init(&f, rcptest_scale(200));
+    t0 = rcptest_now_ns();
     ck_assert_int_eq(rcp_conn_send(c, &f.f, "GET short"), RCP_OK);
-    ck_assert_int_eq(sim_fut_wait(&f, sim_scale(10000)), 0);
-    took_ms = (sim_now_ns() - t0) / 1000000ull;
+    ck_assert_int_eq(sim_fut_wait(&f, rcptest_scale(10000)), 0);
+    took_ms = (rcptest_now_ns() - t0) / 1000000ull;
     ck_assert_int_eq(f.err, RCP_ERR_TIMEOUT);
-    ck_assert_msg(took_ms < (uint64_t)sim_scale(1000),
+    ck_assert_msg(took_ms < (uint64_t)rcptest_scale(1000),
                   "timed out after %llu ms: when the lone caller gave up, not at its own deadline",
                   (unsigned long long)took_ms);
     pthread_join(th, NULL);
@@ -301,10 +302,7 @@ END_TEST
 int main(void)
 {
     TCase *tc = tcase_create("hung");
-    tcase_add_test(tc, short_deadline_behind_lone_caller);
-    tcase_add_test(tc, close_is_prompt_with_hung_nodes);
-    tcase_add_test(tc, queue_full_returned_and_call_deadline);
-    tcase_add_test(tc, hung_node);
-    tcase_add_test(tc, hung_conn_io_timeout);
+    RCPTEST_ADD(tc, short_deadline_behind_lone_caller, close_is_prompt_with_hung_nodes,
+                queue_full_returned_and_call_deadline, hung_node, hung_conn_io_timeout);
     return sim_run("sim-hung", tc);
 }

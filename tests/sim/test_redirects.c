@@ -36,7 +36,7 @@ static rcp_cluster *open_on(sim_node *seed, int max_redirects)
 
 static void script_ok(sim_node *n)
 {
-    sim_assert_done(n, sim_scale(5000));
+    sim_assert_done(n, rcptest_scale(5000));
 }
 
 static int has_node(rcp_cluster *cl, const char *addr)
@@ -96,13 +96,13 @@ static void moved_case(int unknown)
     ck_assert_uint_eq(st.ask, 0);
     /* The MOVED asked for a refresh: a second CLUSTER SLOTS somewhere. */
     {
-        uint64_t until = sim_now_ns() + (uint64_t)sim_scale(3000) * 1000000ull;
+        uint64_t until = rcptest_now_ns() + (uint64_t)rcptest_scale(3000) * 1000000ull;
         size_t c = 0;
-        while (sim_now_ns() < until) {
+        while (rcptest_now_ns() < until) {
             c = sim_count(n[0], "CLUSTER SLOTS") + sim_count(n[to], "CLUSTER SLOTS");
             if (c >= 2)
                 break;
-            sim_sleep_ms(5);
+            rcptest_sleep_ms(5);
         }
         ck_assert_uint_ge(c, 2);
     }
@@ -240,7 +240,7 @@ START_TEST(redirect_loop)
 
     sim_fut_init(&sf, 0);
     ck_assert_int_eq(rcp_cluster_send(cl, &sf.f, "GET %s", KEY), RCP_OK);
-    ck_assert_int_eq(sim_fut_wait(&sf, sim_scale(5000)), 0);
+    ck_assert_int_eq(sim_fut_wait(&sf, rcptest_scale(5000)), 0);
     ck_assert_int_eq(sf.err, RCP_ERR_REDIRECT_LIMIT);
     ck_assert_uint_eq(sim_count(n[0], "GET " KEY) + sim_count(n[1], "GET " KEY), 2 * (limit + 1));
     rcp_cluster_close(cl);
@@ -276,7 +276,8 @@ START_TEST(moved_garbage)
         ck_assert_int_eq(r->err, RCP_ERR_SERVER);
         ck_assert_str_eq(r->str, bad[i]);
         rcp_reply_free(r);
-        ck_assert_msg(sim_wait_count(n[0], "CLUSTER SLOTS", before + 1, sim_scale(3000)) > before,
+        ck_assert_msg(sim_wait_count(n[0], "CLUSTER SLOTS", before + 1,
+                                     rcptest_scale(3000)) > before,
                       "no refresh after -%s", bad[i]);
     }
     script_ok(n[0]);
@@ -292,13 +293,9 @@ END_TEST
 int main(void)
 {
     TCase *tc = tcase_create("redirects");
-    tcase_add_test(tc, moved_to_known_node);
-    tcase_add_test(tc, moved_to_unknown_node);
-    tcase_add_test(tc, ask_to_unknown_node);
-    tcase_add_test(tc, moved_to_hostname);
-    tcase_add_test(tc, moved_to_ipv6_bracketed);
-    tcase_add_test(tc, moved_to_ipv6_plain);
+    RCPTEST_ADD(tc, moved_to_known_node, moved_to_unknown_node, ask_to_unknown_node,
+                moved_to_hostname, moved_to_ipv6_bracketed, moved_to_ipv6_plain);
     tcase_add_loop_test(tc, redirect_loop, 0, 2);
-    tcase_add_test(tc, moved_garbage);
+    RCPTEST_ADD(tc, moved_garbage);
     return sim_run("sim-redirects", tc);
 }

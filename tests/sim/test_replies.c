@@ -19,8 +19,8 @@ static rcp_conn *open_conn(sim_node *n, int io_timeout_ms)
     char err[512] = "";
     rcp_conn_options_init(&o);
     o.port = sim_port(n);
-    o.connect_timeout_ms = sim_scale(1000);
-    o.request_timeout_ms = sim_scale(3000);
+    o.connect_timeout_ms = rcptest_scale(1000);
+    o.request_timeout_ms = rcptest_scale(3000);
     o.io_timeout_ms = io_timeout_ms;
     o.reconnect_min_ms = 5;
     o.reconnect_max_ms = 50;
@@ -36,7 +36,7 @@ static void send_get(rcp_conn *c, sim_fut *sf, const char *key, int timeout_ms)
 
 static void await(sim_fut *sf)
 {
-    ck_assert_msg(sim_fut_wait(sf, sim_scale(10000)) == 0, "a future was never resolved");
+    ck_assert_msg(sim_fut_wait(sf, rcptest_scale(10000)) == 0, "a future was never resolved");
 }
 
 static void want_str(sim_fut *sf, const char *s)
@@ -58,7 +58,7 @@ static void want_err(sim_fut *sf, int code)
 static void check_recovers(rcp_conn *c, sim_node *n, int client_closed)
 {
     sim_fut sf;
-    uint64_t until = sim_now_ns() + (uint64_t)sim_scale(3000) * 1000000ull;
+    uint64_t until = rcptest_now_ns() + (uint64_t)rcptest_scale(3000) * 1000000ull;
     int rv;
     /* RCP_ERR_NOT_SENT (refused while it reconnects, or queued just as the
      * old connection failed) means never written: send it again. */
@@ -72,12 +72,12 @@ static void check_recovers(rcp_conn *c, sim_node *n, int client_closed)
         }
         ck_assert_msg(rv == RCP_OK || rv == RCP_ERR_NOT_SENT, "send: %s", rcp_strerror(rv));
         sim_fut_destroy(&sf);
-        ck_assert_msg(sim_now_ns() < until, "not reconnected in time");
-        sim_sleep_ms(5);
+        ck_assert_msg(rcptest_now_ns() < until, "not reconnected in time");
+        rcptest_sleep_ms(5);
     }
     want_str(&sf, "after");
     sim_fut_destroy(&sf);
-    sim_assert_done(n, sim_scale(5000));
+    sim_assert_done(n, rcptest_scale(5000));
     ck_assert_int_ge(sim_conns(n), 2);
     if (client_closed) /* the client, not the node, dropped the connection */
         ck_assert_int_ge(sim_conns_closed_by_peer(n), 1);
@@ -102,7 +102,7 @@ START_TEST(malformed_reply)
     ck_assert_ptr_nonnull(n);
     sim_loadf(n, "expect GET a\nexpect GET b\nsend \"$1\\r\\na\\r\\n\"\nsend \"%s\"\nexpect-close\n%s",
               garbage[_i], after);
-    c = open_conn(n, sim_scale(3000));
+    c = open_conn(n, rcptest_scale(3000));
     send_get(c, &a, "a", 0);
     send_get(c, &b, "b", 0);
     want_str(&a, "a");
@@ -131,7 +131,7 @@ START_TEST(split_byte_by_byte)
     sim_loadf(n, "expect GET a\nsend-bytewise \"$5\\r\\nhello\\r\\n\"\n"
                  "expect GET b\nsend-bytewise \"*3\\r\\n$1\\r\\nx\\r\\n:42\\r\\n*1\\r\\n$-1\\r\\n\"\n"
                  "expect GET c\nsend-bytewise \"-ERR slow\\r\\n\"\n");
-    c = open_conn(n, sim_scale(3000));
+    c = open_conn(n, rcptest_scale(3000));
     send_get(c, &a, "a", 0);
     want_str(&a, "hello");
     sim_fut_destroy(&a);
@@ -168,7 +168,7 @@ START_TEST(closed_mid_reply)
     ck_assert_ptr_nonnull(n);
     sim_loadf(n, "expect GET a\nexpect GET b\nsend \"$1\\r\\na\\r\\n$10\\r\\nhel\"\nstall 20\nclose\n%s",
               after);
-    c = open_conn(n, sim_scale(3000));
+    c = open_conn(n, rcptest_scale(3000));
     send_get(c, &a, "a", 0);
     send_get(c, &b, "b", 0);
     want_str(&a, "a");
@@ -191,7 +191,7 @@ START_TEST(more_replies_than_requests)
     sim_fut a;
     ck_assert_ptr_nonnull(n);
     sim_loadf(n, "expect GET a\nsend \"$1\\r\\na\\r\\n$5\\r\\nextra\\r\\n\"\nexpect-close\n%s", after);
-    c = open_conn(n, sim_scale(3000));
+    c = open_conn(n, rcptest_scale(3000));
     send_get(c, &a, "a", 0);
     want_str(&a, "a");
     sim_fut_destroy(&a);
@@ -214,7 +214,7 @@ START_TEST(stray_reply_on_idle_connection)
     ck_assert_ptr_nonnull(n);
     sim_loadf(n, "on GET a => send \"$1\\r\\na\\r\\n\"\n"
                  "on GET b => send \"$1\\r\\nb\\r\\n\"\naccept\n");
-    c = open_conn(n, sim_scale(3000));
+    c = open_conn(n, rcptest_scale(3000));
     for (int i = 0; i < 100; i++) {
         if (_i) {
             sim_fut a;
@@ -228,7 +228,7 @@ START_TEST(stray_reply_on_idle_connection)
         }
     }
     sim_loadf(n, "send \"+EXTRA\\r\\n\"\nexpect-close\n");
-    sim_sleep_ms(100);
+    rcptest_sleep_ms(100);
     send_get(c, &b, "b", 0);
     await(&b);
     ck_assert_msg(strcmp(b.str, "EXTRA") != 0, "the stray reply was handed to the next request");
@@ -237,18 +237,19 @@ START_TEST(stray_reply_on_idle_connection)
                        (b.err == RCP_ERR_PROTOCOL || b.err == RCP_ERR_NOT_SENT || b.err == RCP_ERR_IO)),
                   "B got type %d err %d \"%s\"", b.type, b.err, b.str);
     sim_fut_destroy(&b);
-    ck_assert_msg(sim_wait(n, sim_scale(5000)) == 0, "the client kept the connection: %s",
+    ck_assert_msg(sim_wait(n, rcptest_scale(5000)) == 0, "the client kept the connection: %s",
                   sim_status(n, st, sizeof st));
     /* The connection was dropped: while it waits to reconnect, requests
      * fail fast with RCP_ERR_NOT_SENT (documented); then it works again. */
     {
-        uint64_t until = sim_now_ns() + (uint64_t)sim_scale(3000) * 1000000u;
+        uint64_t until = rcptest_now_ns() + (uint64_t)rcptest_scale(3000) * 1000000u;
         for (;;) {
             r = rcp_conn_command(c, "GET b");
-            if (r->type != RCP_REPLY_ERROR || r->err != RCP_ERR_NOT_SENT || sim_now_ns() > until)
+            if (r->type != RCP_REPLY_ERROR || r->err != RCP_ERR_NOT_SENT ||
+                rcptest_now_ns() > until)
                 break;
             rcp_reply_free(r);
-            sim_sleep_ms(20);
+            rcptest_sleep_ms(20);
         }
     }
     ck_assert_str_eq(r->str, "b");
@@ -271,8 +272,8 @@ START_TEST(huge_bulk_length)
     sim_loadf(n, "expect GET a\nsend \"$1099511627776\\r\\nabc\"\nexpect GET b\nsend \"$1\\r\\nb\\r\\n\"\n"
                  "expect-close\n%s",
               after);
-    c = open_conn(n, sim_scale(400));
-    send_get(c, &a, "a", sim_scale(200));
+    c = open_conn(n, rcptest_scale(400));
+    send_get(c, &a, "a", rcptest_scale(200));
     await(&a);
     send_get(c, &b, "b", 0);
     await(&b);
@@ -312,8 +313,8 @@ START_TEST(cluster_protocol_error)
     r = rcp_cluster_command(cl, "INCR k");
     ck_assert_int_eq(r->err, RCP_ERR_PROTOCOL);
     rcp_reply_free(r);
-    sim_assert_done(n[0], sim_scale(3000));
-    sim_sleep_ms(100);
+    sim_assert_done(n[0], rcptest_scale(3000));
+    rcptest_sleep_ms(100);
     ck_assert_uint_eq(sim_count(n[0], "INCR k"), 1);
     rcp_cluster_close(cl);
     sim_free_all(n, 1);
@@ -324,11 +325,8 @@ int main(void)
 {
     TCase *tc = tcase_create("replies");
     tcase_add_loop_test(tc, malformed_reply, 0, (int)(sizeof garbage / sizeof garbage[0]));
-    tcase_add_test(tc, split_byte_by_byte);
-    tcase_add_test(tc, closed_mid_reply);
-    tcase_add_test(tc, more_replies_than_requests);
+    RCPTEST_ADD(tc, split_byte_by_byte, closed_mid_reply, more_replies_than_requests);
     tcase_add_loop_test(tc, stray_reply_on_idle_connection, 0, 2);
-    tcase_add_test(tc, huge_bulk_length);
-    tcase_add_test(tc, cluster_protocol_error);
+    RCPTEST_ADD(tc, huge_bulk_length, cluster_protocol_error);
     return sim_run("sim-replies", tc);
 }

@@ -59,7 +59,7 @@ START_TEST(retry_then_success)
         sim_fut sf;
         sim_fut_init(&sf, 0);
         ck_assert_int_eq(rcp_cluster_send(cl, &sf.f, "GET %s", KEY), RCP_OK);
-        ck_assert_int_eq(sim_fut_wait(&sf, sim_scale(5000)), 0);
+        ck_assert_int_eq(sim_fut_wait(&sf, rcptest_scale(5000)), 0);
         ck_assert_msg(sf.type == RCP_REPLY_STRING && strcmp(sf.str, "ok") == 0, "got %d %s", sf.type,
                       sf.str);
         ck_assert_int_eq(sf.calls, 1);
@@ -70,7 +70,7 @@ START_TEST(retry_then_success)
                       r->str ? r->str : "");
         rcp_reply_free(r);
     }
-    sim_assert_done(n[0], sim_scale(3000));
+    sim_assert_done(n[0], rcptest_scale(3000));
     ck_assert_int_eq(rcp_cluster_get_stats(cl, &st), RCP_OK);
     ck_assert_uint_eq(retries_of(&st, kind), RETRIES);
 
@@ -139,8 +139,8 @@ START_TEST(readonly_triggers_refresh)
     ck_assert_msg(r->type == RCP_REPLY_STATUS && strcmp(r->str, "OK") == 0, "got %d %s", r->type,
                   r->str ? r->str : "");
     rcp_reply_free(r);
-    sim_assert_done(n[0], sim_scale(3000));
-    sim_assert_done(n[1], sim_scale(3000));
+    sim_assert_done(n[0], rcptest_scale(3000));
+    sim_assert_done(n[1], rcptest_scale(3000));
     ck_assert_uint_ge(sim_count(n[0], "CLUSTER SLOTS") + sim_count(n[1], "CLUSTER SLOTS"), 2);
     ck_assert_int_eq(rcp_cluster_get_stats(cl, &st), RCP_OK);
     ck_assert_uint_ge(st.retries_readonly, 1);
@@ -156,6 +156,6 @@ int main(void)
     TCase *tc = tcase_create("retries");
     tcase_add_loop_test(tc, retry_then_success, 0, 8);
     tcase_add_loop_test(tc, retries_exhausted, 0, 4);
-    tcase_add_test(tc, readonly_triggers_refresh);
+    RCPTEST_ADD(tc, readonly_triggers_refresh);
     return sim_run("sim-retries", tc);
 }

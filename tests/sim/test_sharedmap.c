@@ -43,8 +43,8 @@ static void get_goes_to_new_owner(rcp_cluster *cl, sim_node **n)
     ck_assert_uint_eq(sim_count(n[0], "GET " KEY), 0);
     ck_assert_int_eq(rcp_cluster_get_stats(cl, &st), RCP_OK);
     ck_assert_uint_ge(st.moved, 1);
-    sim_assert_done(n[0], sim_scale(5000));
-    sim_assert_done(n[1], sim_scale(5000));
+    sim_assert_done(n[0], rcptest_scale(5000));
+    sim_assert_done(n[1], rcptest_scale(5000));
 }
 
 START_TEST(blocking_command_moved_patches_map)
@@ -132,7 +132,7 @@ START_TEST(blocking_command_tryagain_retried)
     rcp_reply_free(r);
     ck_assert_int_eq(rcp_cluster_get_stats(cl, &st), RCP_OK);
     ck_assert_uint_eq(st.retries_tryagain, 2);
-    sim_assert_done(n[0], sim_scale(5000));
+    sim_assert_done(n[0], rcptest_scale(5000));
     rcp_cluster_close(cl);
     sim_free_all(n, 2);
 }
@@ -141,9 +141,6 @@ END_TEST
 int main(void)
 {
     TCase *tc = tcase_create("sharedmap");
-    tcase_add_test(tc, blocking_command_moved_patches_map);
-    tcase_add_test(tc, transaction_moved_patches_map);
-    tcase_add_test(tc, watch_moved_patches_map);
-    tcase_add_test(tc, blocking_command_tryagain_retried);
+    RCPTEST_ADD(tc, blocking_command_moved_patches_map, transaction_moved_patches_map, watch_moved_patches_map, blocking_command_tryagain_retried);
     return sim_run("sim-sharedmap", tc);
 }

@@ -114,7 +114,8 @@ START_TEST(refresh_bad_table_keeps_map)
     r = rcp_cluster_command(cl, "GET %s", KEY);
     ck_assert_int_eq(r->err, RCP_ERR_SERVER);
     rcp_reply_free(r);
-    ck_assert_uint_ge(sim_wait_stat(cl, offsetof(rcp_cluster_stats, refresh_failures), 1, sim_scale(3000)),
+    ck_assert_uint_ge(sim_wait_stat(cl, offsetof(rcp_cluster_stats, refresh_failures), 1,
+                                    rcptest_scale(3000)),
                       1);
     ck_assert_int_eq(rcp_cluster_get_stats(cl, &st), RCP_OK);
     ck_assert_uint_ge(sim_count(n[0], "CLUSTER SLOTS"), 2);
@@ -143,11 +144,11 @@ START_TEST(refresh_partial_table_keeps_old_owner)
               sim_prelude);
     cl = open_ok(sim_addr(n[0], a0, sizeof a0));
     rcp_reply_free(rcp_cluster_command(cl, "GET %s", KEY));
-    ck_assert_uint_ge(sim_wait_count(n[0], "CLUSTER SLOTS", 2, sim_scale(3000)), 2);
-    sim_sleep_ms(50); /* the refresh publishes (or not) right after its answer */
-    sim_fut_init(&sf, sim_scale(1000));
+    ck_assert_uint_ge(sim_wait_count(n[0], "CLUSTER SLOTS", 2, rcptest_scale(3000)), 2);
+    rcptest_sleep_ms(50); /* the refresh publishes (or not) right after its answer */
+    sim_fut_init(&sf, rcptest_scale(1000));
     ck_assert_int_eq(rcp_cluster_send(cl, &sf.f, "GET %s", KEY), RCP_OK);
-    ck_assert_int_eq(sim_fut_wait(&sf, sim_scale(5000)), 0);
+    ck_assert_int_eq(sim_fut_wait(&sf, rcptest_scale(5000)), 0);
     ck_assert_msg(sf.type == RCP_REPLY_STRING && strcmp(sf.str, "ok") == 0,
                   "slot %u (covered by the old map, not by the partial table) lost: err %d %s",
                   rcp_keyslot(KEY, 3), sf.err, sf.str);
@@ -171,9 +172,9 @@ START_TEST(bootstrap_partial_table)
               sim_prelude, s - 1);
     cl = open_ok(sim_addr(n[0], a0, sizeof a0));
     get_ok(cl, "bar"); /* slot 5061 */
-    sim_fut_init(&sf, sim_scale(300));
+    sim_fut_init(&sf, rcptest_scale(300));
     ck_assert_int_eq(rcp_cluster_send(cl, &sf.f, "GET %s", KEY), RCP_OK);
-    ck_assert_int_eq(sim_fut_wait(&sf, sim_scale(5000)), 0);
+    ck_assert_int_eq(sim_fut_wait(&sf, rcptest_scale(5000)), 0);
     snprintf(slot, sizeof slot, "%u", s);
     ck_assert_int_eq(sf.err, RCP_ERR_CLUSTER_DOWN);
     ck_assert_msg(strstr(sf.str, slot) != NULL, "message names the slot: %s", sf.str);
@@ -201,9 +202,9 @@ START_TEST(table_names_unreachable_node)
               sim_prelude, s - 1, s, dp);
     cl = open_ok(sim_addr(n[0], a0, sizeof a0));
     get_ok(cl, "bar");
-    sim_fut_init(&sf, sim_scale(1000));
+    sim_fut_init(&sf, rcptest_scale(1000));
     ck_assert_int_eq(rcp_cluster_send(cl, &sf.f, "GET %s", KEY), RCP_OK);
-    ck_assert_int_eq(sim_fut_wait(&sf, sim_scale(5000)), 0);
+    ck_assert_int_eq(sim_fut_wait(&sf, rcptest_scale(5000)), 0);
     ck_assert_int_eq(sf.type, RCP_REPLY_ERROR);
     ck_assert_msg(sf.err == RCP_ERR_NOT_SENT || sf.err == RCP_ERR_CONNECT || sf.err == RCP_ERR_TIMEOUT,
                   "err %d %s", sf.err, sf.str);
@@ -220,8 +221,7 @@ int main(void)
     TCase *tc = tcase_create("slots");
     tcase_add_loop_test(tc, bootstrap_bad_table, 0, NBAD);
     tcase_add_loop_test(tc, refresh_bad_table_keeps_map, 0, NBAD);
-    tcase_add_test(tc, refresh_partial_table_keeps_old_owner);
-    tcase_add_test(tc, bootstrap_partial_table);
-    tcase_add_test(tc, table_names_unreachable_node);
+    RCPTEST_ADD(tc, refresh_partial_table_keeps_old_owner, bootstrap_partial_table,
+                table_names_unreachable_node);
     return sim_run("sim-slots", tc);
 }

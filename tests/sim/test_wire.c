@@ -59,7 +59,7 @@ START_TEST(asking_adjacent_under_threads)
               sim_prelude, s);
     sim_loadf(n[1], "%son GET ** => send \"$1\\r\\nv\\r\\n\"\n", sim_prelude);
     sim_cluster_options(&o, &no, sim_addr(n[0], a0, sizeof a0));
-    no.request_timeout_ms = sim_scale(10000);
+    no.request_timeout_ms = rcptest_scale(10000);
     cl = sim_open(&o);
     for (int i = 0; i < THREADS; i++) {
         memset(&w[i], 0, sizeof w[i]);
@@ -162,13 +162,13 @@ START_TEST(readonly_only_on_replica_connections)
      * master until one is up: read until a replica answered. */
     for (int i = 0; i < 2; i++) {
         char want[64];
-        uint64_t until = sim_now_ns() + (uint64_t)sim_scale(3000) * 1000000ull;
+        uint64_t until = rcptest_now_ns() + (uint64_t)rcptest_scale(3000) * 1000000ull;
         snprintf(want, sizeof want, "GET %s", keys[i]);
-        while (sim_count(n[i], want) == 0 && sim_now_ns() < until) {
+        while (sim_count(n[i], want) == 0 && rcptest_now_ns() < until) {
             rcp_reply *r = rcp_cluster_command(cl, "GET %s", keys[i]);
             ck_assert_int_eq(r->type, RCP_REPLY_STRING);
             rcp_reply_free(r);
-            sim_sleep_ms(2);
+            rcptest_sleep_ms(2);
         }
         ck_assert_msg(sim_count(n[i], want) > 0, "no read reached the replica (node %d)", i);
         rcp_reply_free(rcp_cluster_command(cl, "SET %s x", keys[1 - i]));
@@ -178,7 +178,7 @@ START_TEST(readonly_only_on_replica_connections)
             sim_fut_init(&sf, 0);
             ck_assert_int_eq(rcp_cluster_send_argv_policy(cl, &sf.f, RCP_READ_MASTER_ONLY, 2, argv, NULL),
                              RCP_OK);
-            ck_assert_int_eq(sim_fut_wait(&sf, sim_scale(5000)), 0);
+            ck_assert_int_eq(sim_fut_wait(&sf, rcptest_scale(5000)), 0);
             ck_assert_int_eq(sf.type, RCP_REPLY_STRING);
             sim_fut_destroy(&sf);
         }
@@ -225,7 +225,6 @@ END_TEST
 int main(void)
 {
     TCase *tc = tcase_create("wire");
-    tcase_add_test(tc, asking_adjacent_under_threads);
-    tcase_add_test(tc, readonly_only_on_replica_connections);
+    RCPTEST_ADD(tc, asking_adjacent_under_threads, readonly_only_on_replica_connections);
     return sim_run("sim-wire", tc);
 }

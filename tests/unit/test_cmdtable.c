@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "logic.h"
 
 #define ARGV(...) ((const char *[]){__VA_ARGS__})
@@ -341,24 +342,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("cmdtable");
-    TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
+    TCase *tc = rcptest_tcase(s, "core", 0);
 
-    tcase_add_test(tc, table_sorted_and_complete);
-    tcase_add_test(tc, lookup);
-    tcase_add_test(tc, flags);
-    tcase_add_test(tc, keys_simple);
-    tcase_add_test(tc, keys_arity);
-    tcase_add_test(tc, keys_numkeys);
-    tcase_add_test(tc, keys_streams);
-    tcase_add_test(tc, keys_migrate);
-    tcase_add_test(tc, keys_sort_geo);
-    tcase_add_test(tc, keys_buffer_and_lengths);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    RCPTEST_ADD(tc, table_sorted_and_complete, lookup, flags, keys_simple, keys_arity, keys_numkeys,
+                keys_streams, keys_migrate, keys_sort_geo, keys_buffer_and_lengths);
+    return rcptest_run(s) ? 1 : 0;
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common.h"
 #include "rcpipe.h"
 
 START_TEST(strerror_distinct)
@@ -61,16 +62,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("errors");
-    TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
-    tcase_add_test(tc, strerror_distinct);
-    tcase_add_test(tc, names_of_codes_and_events);
-    tcase_add_test(tc, version);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = rcptest_tcase(s, "core", 0);
+
+    RCPTEST_ADD(tc, strerror_distinct, names_of_codes_and_events, version);
+    return rcptest_run(s) ? 1 : 0;
 }

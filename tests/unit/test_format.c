@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "common.h"
 #include "format.h"
 #include "rcpipe.h"
 
@@ -241,21 +242,10 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("format");
-    TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
-    tcase_add_test(tc, matches_hiredis_on_random_binary_argv);
-    tcase_add_test(tc, cstring_argv_without_lengths);
-    tcase_add_test(tc, printf_style);
-    tcase_add_test(tc, printf_matches_hiredis);
-    tcase_add_test(tc, printf_bad_arguments_refused);
-    tcase_add_test(tc, split_rejects_garbage);
-    tcase_add_test(tc, screening);
-    tcase_add_test(tc, arg_is);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = rcptest_tcase(s, "core", 0);
+
+    RCPTEST_ADD(tc, matches_hiredis_on_random_binary_argv, cstring_argv_without_lengths,
+                printf_style, printf_matches_hiredis, printf_bad_arguments_refused,
+                split_rejects_garbage, screening, arg_is);
+    return rcptest_run(s) ? 1 : 0;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "logic.h"
 #include "rcpipe.h"
 
@@ -75,18 +76,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("keyslot");
-    TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
+    TCase *tc = rcptest_tcase(s, "core", 0);
 
-    tcase_add_test(tc, known_vectors);
-    tcase_add_test(tc, hash_tags);
-    tcase_add_test(tc, public_api);
-    tcase_add_test(tc, always_in_range);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    RCPTEST_ADD(tc, known_vectors, hash_tags, public_api, always_in_range);
+    return rcptest_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "rcpipe.h"
 
 #define NKEYS 3000
@@ -125,20 +126,14 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("keyslot_server");
-    TCase *tc = tcase_create("core");
-    SRunner *sr;
+    TCase *tc = rcptest_tcase(s, "core", 60);
     int failed;
 
     /* Unchecked fixtures run in the parent: the server is stopped even if
      * the test's child process dies. */
     tcase_add_unchecked_fixture(tc, start_server, stop_server);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, matches_cluster_keyslot);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    RCPTEST_ADD(tc, matches_cluster_keyslot);
+    failed = rcptest_run(s);
     stop_server(); /* a no-op unless the fixture's teardown did not run */
     return failed ? 1 : 0;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "logic.h"
 
 static rcp__redirect parse_n(const char *s, size_t len)
@@ -178,19 +179,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("redirect");
-    TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
+    TCase *tc = rcptest_tcase(s, "core", 0);
 
-    tcase_add_test(tc, moved_and_ask);
-    tcase_add_test(tc, ipv6_hostname_empty);
-    tcase_add_test(tc, malformed);
-    tcase_add_test(tc, retry_kinds);
-    tcase_add_test(tc, others);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    RCPTEST_ADD(tc, moved_and_ask, ipv6_hostname_empty, malformed, retry_kinds, others);
+    return rcptest_run(s) ? 1 : 0;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "reply.h"
 #include "rcpipe.h"
 
@@ -280,21 +281,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("reply");
-    TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
-    tcase_add_test(tc, scalars);
-    tcase_add_test(tc, nested_arrays_and_dup);
-    tcase_add_test(tc, protocol_errors);
-    tcase_add_test(tc, partial_feed);
-    tcase_add_test(tc, keep_and_release);
-    tcase_add_test(tc, allocator_hook_and_oom);
-    tcase_add_test(tc, small_replies_recycled);
-    tcase_add_test(tc, huge_array_header_costs_what_arrives);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = rcptest_tcase(s, "core", 0);
+
+    RCPTEST_ADD(tc, scalars, nested_arrays_and_dup, protocol_errors, partial_feed, keep_and_release,
+                allocator_hook_and_oom, small_replies_recycled, huge_array_header_costs_what_arrives);
+    return rcptest_run(s) ? 1 : 0;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "sha1.h"
 
 static void check_hex(const char *data, size_t len, const char *want)
@@ -60,16 +61,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("sha1");
-    TCase *tc = tcase_create("sha1");
-    SRunner *sr;
-    int failed;
+    TCase *tc = rcptest_tcase(s, "sha1", 0);
 
-    tcase_add_test(tc, known_vectors);
-    tcase_add_test(tc, every_length_near_a_block);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    RCPTEST_ADD(tc, known_vectors, every_length_near_a_block);
+    return rcptest_run(s) == 0 ? 0 : 1;
 }

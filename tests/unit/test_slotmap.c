@@ -12,6 +12,7 @@
 #include <urcu-bp.h>
 
 #include "cluster_int.h"
+#include "common.h"
 
 #define NODES 8
 static rcp__node nodes[NODES];
@@ -123,16 +124,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("slotmap");
-    TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, move_slot_records_the_new_owner);
-    tcase_add_test(tc, readers_against_a_swapping_writer);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = rcptest_tcase(s, "core", 120);
+
+    RCPTEST_ADD(tc, move_slot_records_the_new_owner, readers_against_a_swapping_writer);
+    return rcptest_run(s) ? 1 : 0;
 }

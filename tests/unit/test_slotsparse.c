@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "logic.h"
 #include "rcpipe.h"
 #include "reply.h"
@@ -419,23 +420,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("slotsparse");
-    TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
+    TCase *tc = rcptest_tcase(s, "core", 60);
 
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, normal_3x1);
-    tcase_add_test(tc, hostnames_and_unknown_endpoints);
-    tcase_add_test(tc, old_formats_and_holes);
-    tcase_add_test(tc, garbage);
-    tcase_add_test(tc, overlap);
-    tcase_add_test(tc, hand_built_trees);
-    tcase_add_test(tc, random_corruption);
-    tcase_add_test(tc, allocation_failure);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    RCPTEST_ADD(tc, normal_3x1, hostnames_and_unknown_endpoints, old_formats_and_holes, garbage,
+                overlap, hand_built_trees, random_corruption, allocation_failure);
+    return rcptest_run(s) ? 1 : 0;
 }
