@@ -243,6 +243,8 @@ END_TEST
 int main(void)
 {
     TCase *tc = tcase_create("open");
-    RCPTEST_ADD(tc, out_of_range_options_refused, malformed_seeds_refused_by_name, too_many_seeds_says_so, every_dead_seed_named_once_with_its_cause, request_cap_and_null_arguments);
+    RCPTEST_ADD(tc, out_of_range_options_refused, malformed_seeds_refused_by_name,
+                too_many_seeds_says_so, every_dead_seed_named_once_with_its_cause,
+                request_cap_and_null_arguments);
     return sim_run("sim-open", tc);
 }

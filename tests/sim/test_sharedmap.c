@@ -141,6 +141,7 @@ END_TEST
 int main(void)
 {
     TCase *tc = tcase_create("sharedmap");
-    RCPTEST_ADD(tc, blocking_command_moved_patches_map, transaction_moved_patches_map, watch_moved_patches_map, blocking_command_tryagain_retried);
+    RCPTEST_ADD(tc, blocking_command_moved_patches_map, transaction_moved_patches_map,
+                watch_moved_patches_map, blocking_command_tryagain_retried);
     return sim_run("sim-sharedmap", tc);
 }
