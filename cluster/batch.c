@@ -23,10 +23,7 @@ struct rcp_batch {
 
 rcp_batch *rcp_batch_new(rcp_cluster *cl)
 {
-    rcp_batch *b;
-    if (!cl)
-        return NULL;
-    b = rcp__calloc(1, sizeof(*b));
+    rcp_batch *b = rcp__cluster_new_companion(cl, sizeof(*b));
     if (b)
         b->cl = cl;
     return b;
@@ -59,14 +56,7 @@ int rcp_batch_add_argv(rcp_batch *b, int argc, const char **argv, const size_t *
 
 int rcp_batch_add(rcp_batch *b, const char *fmt, ...)
 {
-    va_list ap;
-    int rv;
-    if (!b)
-        return RCP_ERR_INVALID;
-    va_start(ap, fmt);
-    rv = rcp__cmd_formatted(fmt, ap, batch_take, b);
-    va_end(ap);
-    return rv;
+    RCP__CMD_FORMATTED_ADD(b, fmt, batch_take);
 }
 
 /* One send in flight: a reply slot per command, then one resolve. */
@@ -156,13 +146,8 @@ int rcp_batch_send(rcp_batch *b, rcp_future *f)
 rcp_reply *rcp_batch_exec(rcp_batch *b)
 {
     rcp__waiter w;
-    int rv;
-    if (rcp__loop_on_thread())
-        return rcp__reply_error_new(RCP_ERR_INVALID,
-                                    "sync call from an I/O thread (a callback) would deadlock");
-    rcp__waiter_init(&w);
-    rv = rcp_batch_send(b, &w.f);
-    return rcp__waiter_wait(&w, rv, "batch refused");
+    rcp_reply *r = rcp__waiter_start(&w);
+    return r ? r : rcp__waiter_wait(&w, rcp_batch_send(b, &w.f), "batch refused");
 }
 
 /* Every command becomes an ordinary async request, but the first attempts

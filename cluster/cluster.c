@@ -67,6 +67,11 @@ int rcp__cluster_closing(struct rcp_cluster *cl)
     return atomic_load(&cl->closing);
 }
 
+void *rcp__cluster_new_companion(struct rcp_cluster *cl, size_t size)
+{
+    return cl ? rcp__calloc(1, size) : NULL;
+}
+
 int rcp__cluster_blocking_pool(struct rcp_cluster *cl)
 {
     int n = cl->opt.blocking_pool;

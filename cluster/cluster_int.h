@@ -217,6 +217,10 @@ static inline void rcp__stat_add(_Atomic uint64_t *s, uint64_t v)
     atomic_fetch_add_explicit(s, v, memory_order_relaxed);
 }
 
+/* A zeroed object of size bytes for a handle's companion (a batch, a
+ * transaction); NULL for a NULL handle or out of memory. */
+void *rcp__cluster_new_companion(struct rcp_cluster *cl, size_t size);
+
 /* Inside urcu_bp_read_lock only. */
 static inline rcp__map *rcp__map_current(struct rcp_cluster *cl)
 {

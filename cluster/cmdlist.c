@@ -9,20 +9,11 @@
 int rcp__cmdlist_add(rcp__cmdlist *l, size_t max_bytes, int argc, const char **argv,
                      const size_t *argvlen)
 {
-    const char *why;
     size_t len;
     char *buf;
-    int i, rv;
-    if (!l || argc < 1 || !argv)
+    int rv;
+    if (!l)
         return RCP_ERR_INVALID;
-    for (i = 0; i < argc; i++)
-        if (!argv[i])
-            return RCP_ERR_INVALID;
-    rv = rcp__command_check(argc, argv, argvlen, &why);
-    if (rv != RCP_OK)
-        return rv;
-    if (rcp__format_len(argc, argv, argvlen) > max_bytes)
-        return RCP_ERR_TOO_LARGE;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
         char **nb = rcp__realloc(l->buf, cap * sizeof(*nb));
@@ -36,11 +27,9 @@ int rcp__cmdlist_add(rcp__cmdlist *l, size_t max_bytes, int argc, const char **a
         l->len = nl;
         l->cap = cap;
     }
-    len = rcp__format_len(argc, argv, argvlen);
-    buf = rcp__malloc(len);
-    if (!buf)
-        return RCP_ERR_OOM;
-    rcp__format_write(buf, argc, argv, argvlen);
+    rv = rcp__format_new(argc, argv, argvlen, max_bytes, &buf, &len);
+    if (rv != RCP_OK)
+        return rv;
     l->buf[l->n] = buf;
     l->len[l->n++] = len;
     return RCP_OK;

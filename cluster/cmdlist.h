@@ -20,6 +20,21 @@ int rcp__cmdlist_add(rcp__cmdlist *l, size_t max_bytes, int argc, const char **a
                      const size_t *argvlen);
 /* Formats a hiredis-style command and hands its arguments to take(data,
  * ...); returns take's code (or the formatting error). */
+/* The body of a printf-style add function (rcp_batch_add, rcp_txn_add):
+ * RCP_ERR_INVALID for a NULL object, else the variadic arguments after
+ * fmt formatted and handed to take(obj, ...). */
+#define RCP__CMD_FORMATTED_ADD(obj, fmt, take)                                                     \
+    do {                                                                                           \
+        va_list ap_;                                                                               \
+        int rv_;                                                                                   \
+        if (!(obj))                                                                                \
+            return RCP_ERR_INVALID;                                                                \
+        va_start(ap_, fmt);                                                                        \
+        rv_ = rcp__cmd_formatted(fmt, ap_, take, obj);                                             \
+        va_end(ap_);                                                                               \
+        return rv_;                                                                                \
+    } while (0)
+
 int rcp__cmd_formatted(const char *fmt, va_list ap,
                        int (*take)(void *data, int argc, const char **argv, const size_t *argvlen),
                        void *data);

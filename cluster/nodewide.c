@@ -16,24 +16,11 @@
 #define MAX_NODES 1024
 
 /* The command, formatted once; RCP_OK or a refusal. */
-static int prepare(int argc, const char **argv, const size_t *argvlen, char **buf, size_t *len)
+static int prepare(rcp_cluster *cl, int argc, const char **argv, const size_t *argvlen,
+                   char **buf, size_t *len)
 {
-    const char *why;
-    int i, rv;
-    if (argc < 1 || !argv)
-        return RCP_ERR_INVALID;
-    for (i = 0; i < argc; i++)
-        if (!argv[i])
-            return RCP_ERR_INVALID;
-    rv = rcp__command_check(argc, argv, argvlen, &why);
-    if (rv != RCP_OK)
-        return rv;
-    *len = rcp__format_len(argc, argv, argvlen);
-    *buf = rcp__malloc(*len);
-    if (!*buf)
-        return RCP_ERR_OOM;
-    rcp__format_write(*buf, argc, argv, argvlen);
-    return RCP_OK;
+    return rcp__format_new(argc, argv, argvlen, rcp__cluster_node_options(cl)->max_request_bytes,
+                           buf, len);
 }
 
 size_t rcp_cluster_command_nodes(rcp_cluster *cl, int which, rcp_node_reply *out, size_t max,
@@ -49,7 +36,7 @@ size_t rcp_cluster_command_nodes(rcp_cluster *cl, int which, rcp_node_reply *out
     if (!cl || (which != RCP_NODES_MASTERS && which != RCP_NODES_ALL) || (max && !out) ||
         rcp__cluster_closing(cl))
         return 0;
-    if (prepare(argc, argv, argvlen, &buf, &len) != RCP_OK)
+    if (prepare(cl, argc, argv, argvlen, &buf, &len) != RCP_OK)
         return 0;
     nodes = rcp__malloc(MAX_NODES * sizeof(*nodes));
     is_master = rcp__malloc(MAX_NODES * sizeof(*is_master));
@@ -212,7 +199,7 @@ int rcp_cluster_scan_next(rcp_cluster_scan *s, rcp_reply **keys)
         argv[argc++] = "TYPE";
         argv[argc++] = s->type;
     }
-    rv = prepare(argc, argv, NULL, &buf, &len);
+    rv = prepare(s->cl, argc, argv, NULL, &buf, &len);
     if (rv != RCP_OK) {
         *keys = rcp__reply_error_new(rv, "SCAN: could not format the command");
         return -1;

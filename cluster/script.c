@@ -193,11 +193,10 @@ rcp_reply *rcp_cluster_script_run(rcp_cluster *cl, rcp_script *s, int flags, int
                                   const char **args, const size_t *arglens)
 {
     rcp__waiter w;
-    int rv;
-    if (rcp__loop_on_thread())
-        return rcp__reply_error_new(RCP_ERR_INVALID,
-                                    "sync call from an I/O thread (a callback) would deadlock");
-    rcp__waiter_init(&w);
-    rv = rcp_cluster_script_send(cl, &w.f, s, flags, nkeys, keys, keylens, nargs, args, arglens);
-    return rcp__waiter_wait(&w, rv, "script refused");
+    rcp_reply *r = rcp__waiter_start(&w);
+    if (r)
+        return r;
+    return rcp__waiter_wait(
+        &w, rcp_cluster_script_send(cl, &w.f, s, flags, nkeys, keys, keylens, nargs, args, arglens),
+        "script refused");
 }

@@ -15,6 +15,7 @@
 #include "format.h"
 #include "multi.h"
 #include "reply.h"
+#include "waiter.h"
 
 static rcp_reply *sync_error_reply(int code, const char *why)
 {
@@ -173,10 +174,7 @@ static rcp_reply *sync_refusal(rcp_cluster *cl, const char *what)
         snprintf(msg, sizeof msg, "%s: NULL handle", what);
         return sync_error_reply(RCP_ERR_INVALID, msg);
     }
-    if (rcp__loop_on_thread())
-        return sync_error_reply(RCP_ERR_INVALID,
-                                "sync call from an I/O thread (a callback) would deadlock");
-    return NULL;
+    return rcp__sync_refused_on_loop();
 }
 
 rcp_reply *rcp_cluster_command_argv_timeout(rcp_cluster *cl, int timeout_ms, int argc,

@@ -39,10 +39,7 @@ static const char exec_cmd[] = "*1\r\n$4\r\nEXEC\r\n";
 
 rcp_txn *rcp_txn_new(rcp_cluster *cl)
 {
-    rcp_txn *t;
-    if (!cl)
-        return NULL;
-    t = rcp__calloc(1, sizeof(*t));
+    rcp_txn *t = rcp__cluster_new_companion(cl, sizeof(*t));
     if (t)
         t->cl = cl;
     return t;
@@ -133,14 +130,7 @@ int rcp_txn_add_argv(rcp_txn *t, int argc, const char **argv, const size_t *argv
 
 int rcp_txn_add(rcp_txn *t, const char *fmt, ...)
 {
-    va_list ap;
-    int rv;
-    if (!t)
-        return RCP_ERR_INVALID;
-    va_start(ap, fmt);
-    rv = rcp__cmd_formatted(fmt, ap, txn_take, t);
-    va_end(ap);
-    return rv;
+    RCP__CMD_FORMATTED_ADD(t, fmt, txn_take);
 }
 
 /* The first redirect-or-retry answer among the queued commands, else the
@@ -347,9 +337,8 @@ rcp_reply *rcp_txn_watch(rcp_txn *t, int nkeys, const char **keys, const size_t 
 
     if (!t || nkeys < 1 || !keys)
         return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_watch: no key");
-    if (rcp__loop_on_thread())
-        return rcp__reply_error_new(RCP_ERR_INVALID,
-                                    "sync call from an I/O thread (a callback) would deadlock");
+    if ((r = rcp__sync_refused_on_loop()))
+        return r;
     argv = rcp__malloc((size_t)(nkeys + 1) * sizeof(*argv));
     argvlen = rcp__malloc((size_t)(nkeys + 1) * sizeof(*argvlen));
     if (!argv || !argvlen) {
@@ -447,9 +436,8 @@ rcp_reply *rcp_txn_command_argv(rcp_txn *t, int argc, const char **argv, const s
     if (!t->wconn)
         return rcp__reply_error_new(RCP_ERR_INVALID,
                                     "rcp_txn_command: only between rcp_txn_watch and exec");
-    if (rcp__loop_on_thread())
-        return rcp__reply_error_new(RCP_ERR_INVALID,
-                                    "sync call from an I/O thread (a callback) would deadlock");
+    if ((r = rcp__sync_refused_on_loop()))
+        return r;
     for (i = 0; i < argc; i++)
         if (!argv[i])
             return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_command: NULL argument");
@@ -481,9 +469,8 @@ rcp_reply *rcp_txn_exec(rcp_txn *t)
     rcp_reply *r;
     if (!t)
         return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_exec: NULL transaction");
-    if (rcp__loop_on_thread())
-        return rcp__reply_error_new(RCP_ERR_INVALID,
-                                    "sync call from an I/O thread (a callback) would deadlock");
+    if ((r = rcp__sync_refused_on_loop()))
+        return r;
     if (t->cmds.n == 0 && !t->wconn)
         return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_exec: no command queued");
     if (t->wconn) {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "connection.h"
 #include "reply.h"
 #include "waiter.h"
 
@@ -91,4 +92,20 @@ void rcp__gather_wait(rcp__gather *g)
     pthread_mutex_unlock(&g->mu);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
+}
+
+rcp_reply *rcp__sync_refused_on_loop(void)
+{
+    if (!rcp__loop_on_thread())
+        return NULL;
+    return rcp__reply_error_new(RCP_ERR_INVALID,
+                                "sync call from an I/O thread (a callback) would deadlock");
+}
+
+rcp_reply *rcp__waiter_start(rcp__waiter *w)
+{
+    rcp_reply *r = rcp__sync_refused_on_loop();
+    if (!r)
+        rcp__waiter_init(w);
+    return r;
 }

@@ -16,6 +16,13 @@ typedef struct rcp__waiter {
 
 void rcp__waiter_init(rcp__waiter *w);
 
+/* The refusal every sync call gives on an I/O thread (it would wait for
+ * the loop it is stopping): an error reply the caller returns, or NULL
+ * when the call may go on. */
+rcp_reply *rcp__sync_refused_on_loop(void);
+/* Both: the refusal (w untouched), or NULL and w initialised. */
+rcp_reply *rcp__waiter_start(rcp__waiter *w);
+
 /* send_rv is what the async send returned: RCP_OK waits for the future,
  * anything else makes an error reply (what says which call refused).
  * Always a reply the caller frees; w is finished with. */

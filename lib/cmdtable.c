@@ -277,68 +277,80 @@ static int spec_keys(const struct keyspec *ks, int argc, const char **argv, cons
     return 0;
 }
 
+/* An option word of SORT or MIGRATE and how many arguments follow it;
+ * KEY_FOLLOWS: one, a key; REST_KEYS: every remaining argument is a key. */
+enum { KEY_FOLLOWS = -1, REST_KEYS = -2 };
+struct option_word {
+    const char *word;
+    int args;
+};
+
+static const struct option_word sort_options[] = {
+    {"ASC", 0}, {"DESC", 0}, {"ALPHA", 0}, {"LIMIT", 2}, {"BY", 1}, {"GET", 1},
+    {"STORE", KEY_FOLLOWS}, {NULL, 0},
+};
+
+static const struct option_word migrate_options[] = {
+    {"COPY", 0}, {"REPLACE", 0}, {"AUTH", 1}, {"AUTH2", 2}, {"KEYS", REST_KEYS}, {NULL, 0},
+};
+
+/* Walks the options from argv[i] in order, adding the keys they name. 0,
+ * or -1 for an unknown word or an option cut short. *rest says whether a
+ * REST_KEYS option ended the walk. */
+static int walk_options(int argc, const char **argv, const size_t *argvlen, int i,
+                        const struct option_word *opts, struct keys_out *o, int *rest)
+{
+    *rest = 0;
+    while (i < argc) {
+        const struct option_word *w = opts;
+        while (w->word && !arg_is(argv, argvlen, i, w->word))
+            w++;
+        if (!w->word)
+            return -1;
+        if (w->args == REST_KEYS) {
+            for (i = i + 1; i < argc; i++)
+                add_key(o, i);
+            *rest = 1;
+            return 0;
+        }
+        if (w->args == KEY_FOLLOWS) {
+            if (i + 1 >= argc)
+                return -1;
+            add_key(o, i + 1);
+            i += 2;
+            continue;
+        }
+        if (i + w->args >= argc)
+            return -1;
+        i += 1 + w->args;
+    }
+    return 0;
+}
+
 /* SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC|DESC]
  * [ALPHA] [STORE destination]: the key and, with STORE, the destination.
  * The server marks STORE "unknown" because the word may also be a pattern;
  * walking the options in order tells them apart. */
 static int sort_keys(int argc, const char **argv, const size_t *argvlen, struct keys_out *o)
 {
-    int i = 2;
+    int rest;
     add_key(o, 1);
-    while (i < argc) {
-        if (arg_is(argv, argvlen, i, "ASC") || arg_is(argv, argvlen, i, "DESC") ||
-            arg_is(argv, argvlen, i, "ALPHA")) {
-            i += 1;
-        } else if (arg_is(argv, argvlen, i, "LIMIT")) {
-            if (i + 2 >= argc)
-                return -1;
-            i += 3;
-        } else if (arg_is(argv, argvlen, i, "BY") || arg_is(argv, argvlen, i, "GET")) {
-            if (i + 1 >= argc)
-                return -1;
-            i += 2;
-        } else if (arg_is(argv, argvlen, i, "STORE")) {
-            if (i + 1 >= argc)
-                return -1;
-            add_key(o, i + 1);
-            i += 2;
-        } else {
-            return -1;
-        }
-    }
-    return 0;
+    return walk_options(argc, argv, argvlen, 2, sort_options, o, &rest);
 }
 
 /* MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user
  * pw] [KEYS key ...]: the server's spec searches KEYS backward and is
  * "incomplete" (a password spelled KEYS fools it); walking the options
- * forward does not get fooled. */
+ * forward does not get fooled. With KEYS the single-key argument must be
+ * "" (the server refuses anything else) and every remaining argument is a
+ * key; without, the single key is the key. */
 static int migrate_keys(int argc, const char **argv, const size_t *argvlen, struct keys_out *o)
 {
-    int i = 6;
-    while (i < argc) {
-        if (arg_is(argv, argvlen, i, "COPY") || arg_is(argv, argvlen, i, "REPLACE")) {
-            i += 1;
-        } else if (arg_is(argv, argvlen, i, "AUTH")) {
-            if (i + 1 >= argc)
-                return -1;
-            i += 2;
-        } else if (arg_is(argv, argvlen, i, "AUTH2")) {
-            if (i + 2 >= argc)
-                return -1;
-            i += 3;
-        } else if (arg_is(argv, argvlen, i, "KEYS")) {
-            /* With KEYS the single-key argument must be "" (the server
-             * refuses anything else), and every remaining argument is a key. */
-            if (arg_len(argv, argvlen, 3) != 0)
-                return -1;
-            for (i = i + 1; i < argc; i++)
-                add_key(o, i);
-            return 0;
-        } else {
-            return -1;
-        }
-    }
+    int rest;
+    if (walk_options(argc, argv, argvlen, 6, migrate_options, o, &rest) < 0)
+        return -1;
+    if (rest)
+        return arg_len(argv, argvlen, 3) != 0 ? -1 : 0;
     add_key(o, 3);
     return 0;
 }

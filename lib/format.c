@@ -392,6 +392,29 @@ int rcp__arg_is(const char *arg, size_t len, const char *word)
     return word[len] == '\0';
 }
 
+int rcp__format_new(int argc, const char **argv, const size_t *argvlen, size_t max_bytes,
+                    char **buf, size_t *len)
+{
+    const char *why;
+    int i, rv;
+    if (argc < 1 || !argv)
+        return RCP_ERR_INVALID;
+    for (i = 0; i < argc; i++)
+        if (!argv[i])
+            return RCP_ERR_INVALID;
+    rv = rcp__command_check(argc, argv, argvlen, &why);
+    if (rv != RCP_OK)
+        return rv;
+    *len = rcp__format_len(argc, argv, argvlen);
+    if (*len > max_bytes)
+        return RCP_ERR_TOO_LARGE;
+    *buf = rcp__malloc(*len);
+    if (!*buf)
+        return RCP_ERR_OOM;
+    rcp__format_write(*buf, argc, argv, argvlen);
+    return RCP_OK;
+}
+
 int rcp__command_check(int argc, const char **argv, const size_t *argvlen, const char **why)
 {
     if (argc < 1)

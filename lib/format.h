@@ -48,6 +48,14 @@ int rcp__format_split(const char *buf, size_t len, const char **argv, size_t *ar
  * caller that has not looked the command up. */
 int rcp__command_check(int argc, const char **argv, const size_t *argvlen, const char **why);
 
+/* A command for a dedicated use (a queued transaction or batch command, a
+ * node-wide command): argv checked (argc >= 1, no NULL element), screened
+ * (rcp__command_check), at most max_bytes formatted, then formatted into a
+ * new buffer from the library allocator. RCP_OK and *buf, *len, or the
+ * refusal's code and nothing allocated. */
+int rcp__format_new(int argc, const char **argv, const size_t *argvlen, size_t max_bytes,
+                    char **buf, size_t *len);
+
 /* Case-insensitive compare of a counted string with a C string. */
 int rcp__arg_is(const char *arg, size_t len, const char *word);
 
