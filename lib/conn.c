@@ -40,6 +40,7 @@ void rcp_conn_options_init(rcp_conn_options *o)
     o->max_inflight = 4096;
     o->max_pending_bytes = 64u * 1024 * 1024;
     o->max_request_bytes = 512u * 1024 * 1024;
+    o->max_reply_bytes = 512u * 1024 * 1024;
     o->queue_policy = RCP_QUEUE_BLOCK;
     o->reconnect_min_ms = 10;
     o->reconnect_max_ms = 2000;

@@ -83,7 +83,7 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
     int written_code = code == RCP_ERR_CLOSED ? RCP_ERR_CLOSED : RCP_ERR_IO;
     int unsent_code = code == RCP_ERR_CLOSED ? RCP_ERR_CLOSED : RCP_ERR_NOT_SENT;
 
-    if (code == RCP_ERR_PROTOCOL || code == RCP_ERR_OOM)
+    if (code == RCP_ERR_PROTOCOL || code == RCP_ERR_OOM || code == RCP_ERR_TOO_LARGE)
         written_code = code;
     snprintf(written_msg, sizeof written_msg, "%s: %s (the request was written; it may have been applied)",
              c->addr, cause);
@@ -115,6 +115,7 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
         redisReaderFree(c->reader);
         c->reader = rcp__reader_new();
     }
+    c->reply_too_large = 0;
     if (was_state == RCP__ST_READY)
         conn_stat_add(&c->st.disconnects, 1);
     if (closing || (c->once && c->ever_connected)) {

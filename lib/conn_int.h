@@ -83,6 +83,7 @@ struct rcp_conn {
     size_t pend_len, pend_off, pend_cap;
     int state;
     int fd;
+    int reply_too_large;  /* the reader holds more than max_reply_bytes: drop */
     int rcvtimeo_ms;      /* the socket's SO_RCVTIMEO now (0: none); owned by whoever owns the
                            * socket's I/O */
     int rcvtimeo_dflt_ms; /* what set_blocking gave it: min(request, io timeout) */
@@ -239,6 +240,13 @@ static inline ssize_t conn_recv_feed(struct rcp_conn *c, int flags)
         conn_stat_add(&c->st.bytes_in, (uint64_t)r);
         if (redisReaderFeed(c->reader, c->rbuf, (size_t)r) != REDIS_OK)
             return CONN_IO_BAD;
+        /* What the reader holds is at most the reply in progress (every
+         * complete one was taken before this read) and this read: a reply
+         * larger than the cap stops here, whatever the server announced. */
+        if (c->reader->len - c->reader->pos > c->opt.max_reply_bytes) {
+            c->reply_too_large = 1;
+            return CONN_IO_BAD;
+        }
     }
     return r;
 }

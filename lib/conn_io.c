@@ -27,6 +27,11 @@ void rcp__conn_resolve_error(rcp_future *f, int code, const char *msg)
 
 int rcp__conn_reader_failure(struct rcp_conn *c, char *cause, size_t len)
 {
+    if (c->reply_too_large) {
+        snprintf(cause, len, "reply larger than max_reply_bytes (%zu bytes)",
+                 c->opt.max_reply_bytes);
+        return RCP_ERR_TOO_LARGE;
+    }
     if (c->reader->err == REDIS_ERR_OOM) {
         snprintf(cause, len, "out of memory reading a reply");
         return RCP_ERR_OOM;

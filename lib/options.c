@@ -33,6 +33,8 @@ int rcp__conn_options_check(const rcp_conn_options *o, int with_address, char *w
         BAD("max_pending_bytes %zu is out of range (at least 1)", o->max_pending_bytes);
     if (o->max_request_bytes < 1)
         BAD("max_request_bytes %zu is out of range (at least 1)", o->max_request_bytes);
+    if (o->max_reply_bytes < 1)
+        BAD("max_reply_bytes %zu is out of range (at least 1)", o->max_reply_bytes);
     if (o->queue_policy != RCP_QUEUE_BLOCK && o->queue_policy != RCP_QUEUE_FAIL)
         BAD("queue_policy %d is not RCP_QUEUE_BLOCK (0) or RCP_QUEUE_FAIL (1)", o->queue_policy);
     if (o->reconnect_min_ms < 0)

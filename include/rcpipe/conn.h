@@ -74,6 +74,10 @@ typedef struct rcp_conn_options {
     int fast_path;               /* a lone sync caller does its own I/O; default 1 */
     rcp_event_fn event_cb;       /* NULL: no events */
     void *event_data;
+    size_t max_reply_bytes;      /* one reply's bytes the client holds while reading it;
+                                  * default 512 MiB (the server's proto-max-bulk-len);
+                                  * past it the connection is dropped and the request
+                                  * fails with RCP_ERR_TOO_LARGE */
 } rcp_conn_options;
 
 RCP_API void rcp_conn_options_init(rcp_conn_options *o);

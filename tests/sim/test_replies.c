@@ -290,6 +290,56 @@ START_TEST(huge_bulk_length)
 }
 END_TEST
 
+/* A node that streams a bulk announced as 2^40 bytes, 32 KiB a write, for
+ * as long as the client reads: with max_reply_bytes 1 MiB the client
+ * stops holding it past the cap (RCP_ERR_TOO_LARGE, the connection
+ * dropped), then recovers. The reader never held much more than the cap:
+ * the connection's stats count what was read. */
+START_TEST(streamed_huge_bulk_capped)
+{
+    sim_node *n = sim_new(NULL);
+    rcp_conn_options o;
+    rcp_conn *c = NULL;
+    rcp_conn_stats st;
+    sim_fut a;
+    char err[512] = "", chunk[32768 + 32];
+    size_t k, len = 0, cap = (size_t)2 << 20, used = 0;
+    char *script = malloc(200 + 64 * sizeof chunk);
+    ck_assert_ptr_nonnull(n);
+    ck_assert_ptr_nonnull(script);
+    memcpy(chunk, "send \"", 6);
+    memset(chunk + 6, 'x', 32768);
+    memcpy(chunk + 6 + 32768, "\"\n", 3);
+    used += (size_t)sprintf(script, "expect GET a\nsend \"$1099511627776\\r\\n\"\n");
+    for (k = 0; k < 64; k++) { /* 2 MiB: twice the cap */
+        memcpy(script + used, chunk, 6 + 32768 + 2);
+        used += 6 + 32768 + 2;
+    }
+    script[used] = '\0';
+    sim_loadf(n, "%sexpect-close\n%s", script, after);
+    free(script);
+    rcp_conn_options_init(&o);
+    o.port = sim_port(n);
+    o.request_timeout_ms = rcptest_scale(5000);
+    o.reconnect_min_ms = 5;
+    o.reconnect_max_ms = 50;
+    o.max_reply_bytes = (size_t)1 << 20;
+    ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "open: %s", err);
+    send_get(c, &a, "a", 0);
+    await(&a);
+    ck_assert_msg(a.type == RCP_REPLY_ERROR && a.err == RCP_ERR_TOO_LARGE, "A: type %d err %d %s",
+                  a.type, a.err, a.str);
+    ck_assert_msg(strstr(a.str, "max_reply_bytes") != NULL, "%s", a.str);
+    ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
+    len = st.bytes_in;
+    ck_assert_msg(len < cap, "read %zu bytes of a reply capped at 1 MiB", len);
+    check_recovers(c, n, 1);
+    rcp_conn_close(c);
+    sim_fut_destroy(&a);
+    sim_free(n);
+}
+END_TEST
+
 /* The cluster path: a garbage reply to a read is retried (read-only,
  * safe) and then answered; a write is not resent (it may have run). */
 START_TEST(cluster_protocol_error)
@@ -327,6 +377,6 @@ int main(void)
     tcase_add_loop_test(tc, malformed_reply, 0, (int)(sizeof garbage / sizeof garbage[0]));
     RCPTEST_ADD(tc, split_byte_by_byte, closed_mid_reply, more_replies_than_requests);
     tcase_add_loop_test(tc, stray_reply_on_idle_connection, 0, 2);
-    RCPTEST_ADD(tc, huge_bulk_length, cluster_protocol_error);
+    RCPTEST_ADD(tc, huge_bulk_length, streamed_huge_bulk_capped, cluster_protocol_error);
     return sim_run("sim-replies", tc);
 }
