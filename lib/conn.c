@@ -164,7 +164,8 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
     c->scratch = rcp__calloc(cap, sizeof(rcp_future *));
     c->rbuf_cap = RBUF_SIZE;
     c->rbuf = rcp__malloc(c->rbuf_cap);
-    c->reader = rcp__reader_new();
+    c->budget.max = c->opt.max_reply_bytes;
+    c->reader = rcp__reader_new_budget(&c->budget);
     if (!c->host || (o->username && !c->username) || (o->password && !c->password) ||
         (o->client_name && !c->client_name) || !c->ring || !c->scratch || !c->rbuf ||
         !c->reader) {

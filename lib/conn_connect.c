@@ -113,9 +113,10 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
     rcp__conn_close_socket(c);
     if (c->reader) {
         redisReaderFree(c->reader);
-        c->reader = rcp__reader_new();
+        c->reader = rcp__reader_new_budget(&c->budget);
     }
     c->reply_too_large = 0;
+    c->budget.exceeded = 0;
     if (was_state == RCP__ST_READY)
         conn_stat_add(&c->st.disconnects, 1);
     if (closing || (c->once && c->ever_connected)) {

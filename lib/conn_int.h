@@ -40,6 +40,7 @@
 
 #include "clock.h"
 #include "connection.h"
+#include "reply.h"
 #include "loop.h"
 #include "rcpipe/conn.h"
 
@@ -84,6 +85,7 @@ struct rcp_conn {
     int state;
     int fd;
     int reply_too_large;  /* the reader holds more than max_reply_bytes: drop */
+    rcp__reply_budget budget; /* the reader's: objects of the reply being read */
     int rcvtimeo_ms;      /* the socket's SO_RCVTIMEO now (0: none); owned by whoever owns the
                            * socket's I/O */
     int rcvtimeo_dflt_ms; /* what set_blocking gave it: min(request, io timeout) */

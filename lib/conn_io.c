@@ -27,7 +27,7 @@ void rcp__conn_resolve_error(rcp_future *f, int code, const char *msg)
 
 int rcp__conn_reader_failure(struct rcp_conn *c, char *cause, size_t len)
 {
-    if (c->reply_too_large) {
+    if (c->reply_too_large || c->budget.exceeded) {
         snprintf(cause, len, "reply larger than max_reply_bytes (%zu bytes)",
                  c->opt.max_reply_bytes);
         return RCP_ERR_TOO_LARGE;

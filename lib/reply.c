@@ -128,6 +128,23 @@ static int grow_to(rcp_reply *a, size_t idx)
     return 0;
 }
 
+/* Counts n more bytes of the reply being read against the reader's
+ * budget (if it has one); 0, or -1 once past it. A task without a parent
+ * starts a new reply. */
+static int charge(const redisReadTask *task, size_t n)
+{
+    rcp__reply_budget *b = task->privdata;
+    if (!b)
+        return 0;
+    if (!task->parent)
+        b->used = 0;
+    b->used += n + sizeof(rcp_reply);
+    if (b->used <= b->max)
+        return 0;
+    b->exceeded = 1;
+    return -1;
+}
+
 static void *attach(const redisReadTask *task, rcp_reply *r)
 {
     if (r && task->parent) {
@@ -157,7 +174,7 @@ static void *create_string(const redisReadTask *task, char *str, size_t len)
 {
     rcp_reply *r;
     char *dst;
-    if (len > (size_t)-1 - sizeof(*r) - 1)
+    if (len > (size_t)-1 - sizeof(*r) - 1 || charge(task, len) < 0)
         return NULL;
     r = alloc_node(task->type, len + 1);
     if (!r)
@@ -173,6 +190,9 @@ static void *create_string(const redisReadTask *task, char *str, size_t len)
 static void *create_array(const redisReadTask *task, int elements)
 {
     rcp_reply *r;
+    if (charge(task, (elements > 0 && elements <= ARRAY_GROW_FROM ? (size_t)elements : 0) *
+                         sizeof(rcp_reply *)) < 0)
+        return NULL;
     if (elements <= ARRAY_GROW_FROM)
         return attach(task, rcp__reply_array_new(elements > 0 ? (size_t)elements : 0));
     r = rcp__calloc(1, sizeof(*r));
@@ -193,11 +213,15 @@ static void *create_array(const redisReadTask *task, int elements)
 
 static void *create_integer(const redisReadTask *task, long long v)
 {
+    if (charge(task, 0) < 0)
+        return NULL;
     return attach(task, rcp__reply_integer_new(v));
 }
 
 static void *create_nil(const redisReadTask *task)
 {
+    if (charge(task, 0) < 0)
+        return NULL;
     return attach(task, alloc_node(RCP_REPLY_NIL, 0));
 }
 
@@ -213,6 +237,14 @@ redisReplyObjectFunctions rcp__reply_functions = {
 redisReader *rcp__reader_new(void)
 {
     return redisReaderCreateWithFunctions(&rcp__reply_functions);
+}
+
+redisReader *rcp__reader_new_budget(rcp__reply_budget *b)
+{
+    redisReader *r = rcp__reader_new();
+    if (r)
+        r->privdata = b;
+    return r;
 }
 
 void rcp_reply_free(rcp_reply *r)

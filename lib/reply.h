@@ -48,4 +48,14 @@ void rcp__reply_cache_drop(void);
 /* Creates a reader using rcp__reply_functions; NULL on OOM. */
 redisReader *rcp__reader_new(void);
 
+/* How much of one reply a reader may build (the connection's
+ * max_reply_bytes): object bytes are counted from each reply's first
+ * object on; past max the reader stops with an error and exceeded is set.
+ * Hung off the reader's privdata by rcp__reader_new_budget. */
+typedef struct rcp__reply_budget {
+    size_t max, used;
+    int exceeded;
+} rcp__reply_budget;
+redisReader *rcp__reader_new_budget(rcp__reply_budget *b);
+
 #endif

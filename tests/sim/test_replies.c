@@ -340,6 +340,49 @@ START_TEST(streamed_huge_bulk_capped)
 }
 END_TEST
 
+/* The same with an array announced as 2^31 - 1 elements and small
+ * elements streamed: what the client builds of the reply is counted, and
+ * past 1 MiB it stops (65,536 integers, about 4 MiB of reply objects). */
+START_TEST(streamed_huge_array_capped)
+{
+    sim_node *n = sim_new(NULL);
+    rcp_conn_options o;
+    rcp_conn *c = NULL;
+    sim_fut a;
+    char err[512] = "";
+    size_t k, used = 0, per = 8192, line = 8 + per * 6;
+    char *script = malloc(100 + 8 * line);
+    ck_assert_ptr_nonnull(n);
+    ck_assert_ptr_nonnull(script);
+    used += (size_t)sprintf(script, "expect GET a\nsend \"*2147483647\\r\\n\"\n");
+    for (k = 0; k < 8; k++) {
+        used += (size_t)sprintf(script + used, "send \"");
+        for (size_t j = 0; j < per; j++) {
+            memcpy(script + used, ":1\\r\\n", 6);
+            used += 6;
+        }
+        used += (size_t)sprintf(script + used, "\"\n");
+    }
+    sim_loadf(n, "%sexpect-close\n%s", script, after);
+    free(script);
+    rcp_conn_options_init(&o);
+    o.port = sim_port(n);
+    o.request_timeout_ms = rcptest_scale(5000);
+    o.reconnect_min_ms = 5;
+    o.reconnect_max_ms = 50;
+    o.max_reply_bytes = (size_t)1 << 20;
+    ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "open: %s", err);
+    send_get(c, &a, "a", 0);
+    await(&a);
+    ck_assert_msg(a.type == RCP_REPLY_ERROR && a.err == RCP_ERR_TOO_LARGE, "A: type %d err %d %s",
+                  a.type, a.err, a.str);
+    check_recovers(c, n, 1);
+    rcp_conn_close(c);
+    sim_fut_destroy(&a);
+    sim_free(n);
+}
+END_TEST
+
 /* The cluster path: a garbage reply to a read is retried (read-only,
  * safe) and then answered; a write is not resent (it may have run). */
 START_TEST(cluster_protocol_error)
@@ -377,6 +420,7 @@ int main(void)
     tcase_add_loop_test(tc, malformed_reply, 0, (int)(sizeof garbage / sizeof garbage[0]));
     RCPTEST_ADD(tc, split_byte_by_byte, closed_mid_reply, more_replies_than_requests);
     tcase_add_loop_test(tc, stray_reply_on_idle_connection, 0, 2);
-    RCPTEST_ADD(tc, huge_bulk_length, streamed_huge_bulk_capped, cluster_protocol_error);
+    RCPTEST_ADD(tc, huge_bulk_length, streamed_huge_bulk_capped, streamed_huge_array_capped,
+                cluster_protocol_error);
     return sim_run("sim-replies", tc);
 }
