@@ -84,7 +84,7 @@ static int ask_slots(struct rcp_cluster *cl, rcp__node *n, rcp__slots_table **ou
 
 /* Appends "addr: why" to errs (separated by "; ") while it fits; once it
  * does not, counts the rest in *cut. */
-static void note_failure(char *errs, size_t errlen, size_t *used, size_t *cut, const char *addr,
+static void refresh_note_failure(char *errs, size_t errlen, size_t *used, size_t *cut, const char *addr,
                          const char *why)
 {
     size_t room = errlen > 80 ? errlen - 80 : 0; /* the rest: to say the list was cut */
@@ -143,7 +143,7 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
         n = cands[k];
         if (ask_slots(cl, n, &t, why, sizeof why) == 0)
             break;
-        note_failure(errs, errlen, &used, &cut, n->addr, why);
+        refresh_note_failure(errs, errlen, &used, &cut, n->addr, why);
     }
     if (cut && errs && errlen > used + 1)
         snprintf(errs + used, errlen - used, "; and %zu more not listed (the message buffer is full)",
