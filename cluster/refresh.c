@@ -84,8 +84,8 @@ static int ask_slots(struct rcp_cluster *cl, rcp__node *n, rcp__slots_table **ou
 
 /* Appends "addr: why" to errs (separated by "; ") while it fits; once it
  * does not, counts the rest in *cut. */
-static void refresh_note_failure(char *errs, size_t errlen, size_t *used, size_t *cut, const char *addr,
-                         const char *why)
+static void refresh_note_failure(char *errs, size_t errlen, size_t *used, size_t *cut,
+                                 const char *addr, const char *why)
 {
     size_t room = errlen > 80 ? errlen - 80 : 0; /* the rest: to say the list was cut */
     int w;
