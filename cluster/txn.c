@@ -216,8 +216,12 @@ static void attempt(rcp_txn *t, struct rcp_conn *conn, int asking, rcp_reply **o
     }
     rv = rcp__conn_send_group(conn, total, f, raw, len, asking);
     if (rv != RCP_OK) {
+        /* Refused before anything was written: not run, whatever the
+         * cause (a closed WATCH connection, a full queue). */
+        char why[200];
+        snprintf(why, sizeof why, "transaction not sent: %s", rcp_strerror(rv));
         for (i = 0; i < total; i++)
-            rcp__gather_refused(&s[i], rv, "transaction not sent");
+            rcp__gather_refused(&s[i], RCP_ERR_NOT_SENT, why);
     }
     rcp__gather_wait(&g);
 

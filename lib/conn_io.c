@@ -368,7 +368,7 @@ static void conn_process(rcp__loop_src *src, uint32_t events)
 
 static void serve(struct rcp_conn *c, uint32_t events)
 {
-    int state, need_close, code, need_read;
+    int state, need_close, code, need_read, closing;
     char cause[512];
 
     pthread_mutex_lock(&c->mu);
@@ -378,7 +378,11 @@ static void serve(struct rcp_conn *c, uint32_t events)
     c->need_read = 0;
     code = c->close_code;
     memcpy(cause, c->close_msg, sizeof cause);
-    if (c->closing && state != RCP__ST_CLOSED) {
+    /* Closing also finishes a connection that is already CLOSED (an
+     * RCP__CONN_ONCE one whose session ended): rcp_conn_close waits for
+     * `closed`, which only the failure path sets. */
+    closing = c->closing && !c->closed;
+    if (closing) {
         need_close = 1;
         code = RCP_ERR_CLOSED;
         snprintf(cause, sizeof cause, "handle closed");
@@ -387,7 +391,7 @@ static void serve(struct rcp_conn *c, uint32_t events)
         c->wake_pending = 0;
     pthread_mutex_unlock(&c->mu);
 
-    if (state == RCP__ST_CLOSED)
+    if (state == RCP__ST_CLOSED && !closing)
         return;
     if (need_close) {
         rcp__conn_fail(c, code, cause);

@@ -114,6 +114,34 @@ START_TEST(watch_moved_patches_map)
 }
 END_TEST
 
+/* A WATCH whose connection the server drops: the transaction is not run
+ * (NOT_SENT: watch again), and freeing it returns (its connection, which
+ * never reconnects, is closed although its session already ended). */
+START_TEST(watch_connection_lost)
+{
+    sim_node *n[2];
+    rcp_cluster *cl = open_stale(n);
+    rcp_txn *t = rcp_txn_new(cl);
+    const char *keys[] = {KEY};
+    rcp_reply *r;
+    sim_loadf(n[0], "expect WATCH " KEY "\nsend \"+OK\\r\\n\"\nclose\n");
+    ck_assert_ptr_nonnull(t);
+    r = rcp_txn_watch(t, 1, keys, NULL);
+    ck_assert_int_eq(r->type, RCP_REPLY_STATUS);
+    rcp_reply_free(r);
+    sim_assert_done(n[0], rcptest_scale(5000));
+    ck_assert_int_eq(rcp_txn_add(t, "SET %s v", KEY), RCP_OK);
+    r = rcp_txn_exec(t);
+    ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_NOT_SENT, "EXEC: %d %d %s",
+                  r->type, r->err, r->str ? r->str : "");
+    rcp_reply_free(r);
+    rcp_txn_free(t);
+    ck_assert_uint_eq(sim_count(n[0], "MULTI"), 0);
+    rcp_cluster_close(cl);
+    sim_free_all(n, 2);
+}
+END_TEST
+
 /* The same rules give a blocking command the retry-later treatment a
  * plain request gets: TRYAGAIN twice, then the value. */
 START_TEST(blocking_command_tryagain_retried)
@@ -142,6 +170,7 @@ int main(void)
 {
     TCase *tc = tcase_create("sharedmap");
     RCPTEST_ADD(tc, blocking_command_moved_patches_map, transaction_moved_patches_map,
+                watch_connection_lost,
                 watch_moved_patches_map, blocking_command_tryagain_retried);
     return sim_run("sim-sharedmap", tc);
 }
