@@ -442,7 +442,7 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
 }
 
 int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,
-                   const size_t *argvlen, const char *raw, size_t len, int asking)
+                      const size_t *argvlen, const char *raw, size_t len, int asking)
 {
     req_desc d;
     d.f = f;
@@ -506,8 +506,9 @@ static int format_fmt(rcp_conn *c, const char *fmt, va_list ap, char **buf, size
 /* The public async sends: screen the command (argv, or a format string
  * and its arguments when ap is set), queue it for f. Always inlined: each
  * entry point keeps the one call level it had before they shared this. */
-__attribute__((always_inline)) static inline int public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv,
-                       const size_t *argvlen, const char *fmt, va_list *ap)
+__attribute__((always_inline)) static inline int
+public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_t *argvlen,
+            const char *fmt, va_list *ap)
 {
     char *buf = NULL;
     size_t len;
@@ -659,8 +660,9 @@ uint64_t rcp__conn_outstanding(struct rcp_conn *c)
 /* The public sync calls: refuse a NULL handle and a loop thread, screen
  * the command (argv, or a format string and its arguments when ap is
  * set), run it. Always inlined, as public_send. */
-__attribute__((always_inline)) static inline rcp_reply *public_command(rcp_conn *c, const char *fn, int argc, const char **argv,
-                                 const size_t *argvlen, const char *fmt, va_list *ap)
+__attribute__((always_inline)) static inline rcp_reply *
+public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const size_t *argvlen,
+               const char *fmt, va_list *ap)
 {
     char *buf = NULL;
     size_t len;
