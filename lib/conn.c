@@ -231,6 +231,14 @@ int rcp_conn_open(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_
             snprintf(errbuf, errbuf_len, "rcp_conn_open: invalid options (NULL, host, port, caps or timeouts)");
         return RCP_ERR_INVALID;
     }
+    if (o->loop) {
+        /* The application's loop: nothing to wait on here (the loop may
+         * be this thread's, not running yet). It connects when it runs. */
+        rv = rcp__conn_create(rcp__loop_of(o->loop), o, 0, out);
+        if (rv != RCP_OK && errbuf)
+            snprintf(errbuf, errbuf_len, "rcp_conn_open: %s", rcp_strerror(rv));
+        return rv;
+    }
     n = o->io_threads ? o->io_threads : 1;
     loops = rcp__calloc(n, sizeof(*loops));
     if (!loops)
@@ -301,6 +309,16 @@ void rcp_conn_close(rcp_conn *c)
     pthread_mutex_unlock(&c->mu);
     if (c->loop) {
         rcp__loop_notify(c->loop, &c->src);
+        /* An application loop run by this thread (adapter.h) is not
+         * running while we wait: do its passes here. */
+        for (;;) {
+            int done;
+            pthread_mutex_lock(&c->mu);
+            done = c->closed;
+            pthread_mutex_unlock(&c->mu);
+            if (done || !rcp__loop_run_pending(c->loop))
+                break;
+        }
         pthread_mutex_lock(&c->mu);
         while (!c->closed) {
             struct timespec ts;

@@ -92,6 +92,9 @@ typedef struct rcp_conn_options {
     int fast_path;               /* a lone sync caller does its own I/O; default 1 */
     rcp_event_fn event_cb;       /* NULL: no events */
     void *event_data;
+    struct rcp_loop *loop;       /* NULL (default): I/O threads of its own (io_threads); else
+                                  * the application's loop (rcpipe/adapter.h): callbacks run
+                                  * on its thread, rcp_conn_open does not wait */
 } rcp_conn_options;
 
 RCP_API void rcp_conn_options_init(rcp_conn_options *o);
