@@ -7,5 +7,6 @@
 #include "rcpipe/conn.h"
 #include "rcpipe/cluster.h"
 #include "rcpipe/pubsub.h"
+#include "rcpipe/adapter.h"
 
 #endif

@@ -224,6 +224,14 @@ int rcp_conn_open(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_
             return RCP_ERR_INVALID;
         }
     }
+    if (o->loop) {
+        /* The application's loop: nothing to wait on here (the loop may
+         * be this thread's, not running yet). It connects when it runs. */
+        rv = rcp__conn_create(rcp__loop_of(o->loop), o, 0, out);
+        if (rv != RCP_OK && errbuf)
+            snprintf(errbuf, errbuf_len, "rcp_conn_open: %s", rcp_strerror(rv));
+        return rv;
+    }
     n = o->io_threads ? o->io_threads : 1;
     loops = rcp__calloc(n, sizeof(*loops));
     if (!loops)
@@ -294,6 +302,16 @@ void rcp_conn_close(rcp_conn *c)
     pthread_mutex_unlock(&c->mu);
     if (c->loop) {
         rcp__loop_notify(c->loop, &c->src);
+        /* An application loop run by this thread (adapter.h) is not
+         * running while we wait: do its passes here. */
+        for (;;) {
+            int done;
+            pthread_mutex_lock(&c->mu);
+            done = c->closed;
+            pthread_mutex_unlock(&c->mu);
+            if (done || !rcp__loop_run_pending(c->loop))
+                break;
+        }
         pthread_mutex_lock(&c->mu);
         while (!c->closed) {
             struct timespec ts;
@@ -444,7 +462,7 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
 }
 
 int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,
-                   const size_t *argvlen, const char *raw, size_t len, int asking)
+                      const size_t *argvlen, const char *raw, size_t len, int asking)
 {
     req_desc d;
     d.f = f;
@@ -508,8 +526,9 @@ static int format_fmt(rcp_conn *c, const char *fmt, va_list ap, char **buf, size
 /* The public async sends: screen the command (argv, or a format string
  * and its arguments when ap is set), queue it for f. Always inlined: each
  * entry point keeps the one call level it had before they shared this. */
-__attribute__((always_inline)) static inline int public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv,
-                       const size_t *argvlen, const char *fmt, va_list *ap)
+__attribute__((always_inline)) static inline int
+public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_t *argvlen,
+            const char *fmt, va_list *ap)
 {
     char *buf = NULL;
     size_t len;
@@ -661,8 +680,9 @@ uint64_t rcp__conn_outstanding(struct rcp_conn *c)
 /* The public sync calls: refuse a NULL handle and a loop thread, screen
  * the command (argv, or a format string and its arguments when ap is
  * set), run it. Always inlined, as public_send. */
-__attribute__((always_inline)) static inline rcp_reply *public_command(rcp_conn *c, const char *fn, int argc, const char **argv,
-                                 const size_t *argvlen, const char *fmt, va_list *ap)
+__attribute__((always_inline)) static inline rcp_reply *
+public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const size_t *argvlen,
+               const char *fmt, va_list *ap)
 {
     char *buf = NULL;
     size_t len;

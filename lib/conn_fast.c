@@ -329,8 +329,9 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
 
 /* fast_only: return NULL (nothing sent) instead of queueing when the
  * lone-caller path is not available. */
-rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv, const size_t *argvlen,
-                          const char *raw, size_t len, int asking, int timeout_ms, int fast_only)
+rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
+                                  const size_t *argvlen, const char *raw, size_t len, int asking,
+                                  int timeout_ms, int fast_only)
 {
     sync_future s;
     rcp_reply *r;

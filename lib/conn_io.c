@@ -223,8 +223,11 @@ static int do_write(struct rcp_conn *c)
         if (c->woff == c->wlen)
             c->wlen = c->woff = c->wslot_off = 0;
         pthread_mutex_unlock(&c->mu);
-        if (c->wlen)
-            return 1; /* socket full: its writable edge calls us back */
+        if (c->wlen) {
+            /* Socket full: writability calls us back. */
+            rcp__loop_want_write(c->loop, c->fd, &c->src);
+            return 1;
+        }
     }
     /* Still more queued: come back after serving reads. */
     pthread_mutex_lock(&c->mu);

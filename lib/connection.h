@@ -7,10 +7,10 @@
  * Threads. Three kinds of thread meet a connection:
  *   - application threads (any number, concurrently): every operation
  *     below unless it says otherwise;
- *   - the connection's loop thread (an I/O thread of rcp__loop_new, or
- *     later the application's own event loop through an adapter): futures
- *     are resolved there, and resolve callbacks run there. On it
- *     rcp__loop_on_thread() returns 1;
+ *   - the connection's loop thread (an I/O thread of rcp__loop_new; for
+ *     public handles also the application's own event loop through an
+ *     adapter, rcpipe/adapter.h): futures are resolved there, and resolve
+ *     callbacks run there. On it rcp__loop_on_thread() returns 1;
  *   - urcu's call_rcu helper thread (frees), which MUST NOT call in here.
  *
  * Rules that hold for every operation:

@@ -13,9 +13,9 @@
  * All three run on the loop's thread, never concurrently for one source.
  *
  * How a loop waits is a *driver* (struct rcp__loop_driver): driver one is
- * our own epoll I/O thread (loop_epoll.c, rcp__loop_new); a second one
- * (the application's event loop, through an adapter) plugs in the same
- * ops without touching conn*.c. The parts every driver shares (the ready
+ * our own epoll I/O thread (loop_epoll.c, rcp__loop_new); driver two is
+ * the application's event loop through an adapter (loop_adapter.c,
+ * rcpipe/adapter.h), behind the same ops. The parts every driver shares (the ready
  * stack that carries notify() across threads, the source list and its
  * timer pass, the "am I on a loop thread" mark) are in loop.c.
  *
@@ -37,6 +37,15 @@
  *   quiesce         returns once the loop finished a full pass begun
  *                   after the call; a no-op on the loop's own thread.
  *   free            stop and free the loop; no source may remain.
+ *   want_write      (optional) the source hit EAGAIN writing fd: report
+ *                   writability once more. An edge-triggered driver needs
+ *                   nothing (the edge comes); a level-triggered one gives
+ *                   write interest one-shot, at watch/rearm and here.
+ *   run_pending     (optional) on the thread that runs the loop, outside
+ *                   its callbacks: do one pass now (ready stack, due
+ *                   timers) and return 1; elsewhere return 0. Lets
+ *                   rcp_conn_close finish on the thread of an application
+ *                   loop that is not running while it waits.
  * A driver MUST call rcp__loop_mark_thread() on the thread that runs the
  * sources' callbacks, so rcp__loop_on_thread() refuses sync calls there. */
 #ifndef RCP_LOOP_H
@@ -84,6 +93,8 @@ typedef struct rcp__loop_driver {
     int (*notify)(rcp__loop *l, rcp__loop_src *s);
     void (*quiesce)(rcp__loop *l);
     void (*free)(rcp__loop *l);
+    void (*want_write)(rcp__loop *l, int fd, rcp__loop_src *s); /* NULL: nothing to do */
+    int (*run_pending)(rcp__loop *l);                         /* NULL: never here */
 } rcp__loop_driver;
 
 /* The part of a loop every driver shares; a driver's own loop struct
@@ -133,6 +144,19 @@ static inline void rcp__loop_quiesce(rcp__loop *l)
     if (l)
         l->drv->quiesce(l);
 }
+static inline void rcp__loop_want_write(rcp__loop *l, int fd, rcp__loop_src *s)
+{
+    if (l->drv->want_write)
+        l->drv->want_write(l, fd, s);
+}
+static inline int rcp__loop_run_pending(rcp__loop *l)
+{
+    return l->drv->run_pending ? l->drv->run_pending(l) : 0;
+}
+
+/* The driver-two loop behind a public rcp_loop (rcpipe/adapter.h). */
+struct rcp_loop;
+rcp__loop *rcp__loop_of(struct rcp_loop *l);
 
 /* 1 on a thread that runs a loop's callbacks (any loop, any driver). */
 int rcp__loop_on_thread(void);

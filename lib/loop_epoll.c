@@ -201,6 +201,8 @@ static const rcp__loop_driver epoll_driver = {
     epoll_notify,
     epoll_quiesce,
     epoll_free,
+    NULL, /* want_write: edge-triggered, the writable edge comes by itself */
+    NULL, /* run_pending: its own thread runs every pass */
 };
 
 rcp__loop *rcp__loop_new(void)

@@ -74,6 +74,9 @@ typedef struct rcp_conn_options {
     int fast_path;               /* a lone sync caller does its own I/O; default 1 */
     rcp_event_fn event_cb;       /* NULL: no events */
     void *event_data;
+    struct rcp_loop *loop;       /* NULL (default): I/O threads of its own (io_threads); else
+                                  * the application's loop (rcpipe/adapter.h): callbacks run
+                                  * on its thread, rcp_conn_open does not wait */
     size_t max_reply_bytes;      /* one reply's bytes the client holds while reading it;
                                   * default 512 MiB (the server's proto-max-bulk-len);
                                   * past it the connection is dropped and the request
