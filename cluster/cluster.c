@@ -190,6 +190,10 @@ static int check_options(const rcp_cluster_options *o, const rcp_conn_options *n
         BAD("blocking_pool %d is out of range (1..%d)", o->blocking_pool, RCP__POOL_MAX);
     if (rcp__conn_options_check(node, 0, nwhy, sizeof nwhy) != RCP_OK)
         BAD("node options: %s", nwhy);
+    if (node->loop)
+        BAD("node options: loop is for rcp_conn only; a cluster handle runs on I/O threads of "
+            "its own (its refresher makes sync calls, which an application loop cannot serve "
+            "while it waits)");
     return RCP_OK;
 #undef BAD
 }
