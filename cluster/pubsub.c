@@ -11,8 +11,8 @@
  * put back "to place" (and placed again at once) when
  *   - the server says it dropped it (Redis 7.0 sends an unsolicited
  *     "sunsubscribe" when a slot leaves the node: reshard, failover),
- *   - the server answers MOVED (the target is then trusted over the map
- *     for a short while, until a refresh catches up),
+ *   - the server answers MOVED (recorded in the shared slot map by the
+ *     cluster's retry rules, retry.c, so every request follows it too),
  *   - its connection is lost or stops answering,
  *   - the periodic re-check finds another owner in the map.
  * Each loss is reported (RCP_EVENT_PUBSUB_INTERRUPTED) and each
@@ -43,10 +43,10 @@
 #include "clock.h"
 #include "cluster_int.h"
 #include "logic.h"
+#include "reply.h"
 #include "rcpipe/pubsub.h"
 
 #define MS 1000000ull
-#define MOVED_PIN_MS 2000  /* trust a MOVED target over the map this long */
 #define MAX_POLL 256       /* connections watched at once (one per master + classic) */
 
 enum { OP_SUB, OP_UNSUB, OP_PING };
@@ -94,9 +94,6 @@ typedef struct chan {
     psconn *conn;          /* PENDING/ACTIVE: where */
     uint64_t retry_at;     /* IDLE: not placed before */
     int tries;             /* transient refusals in a row */
-    char pin_host[256];    /* a MOVED target, trusted until pin_until */
-    int pin_port;
-    uint64_t pin_until;
     int interrupted;       /* lost since last confirmed: report the next confirmation */
     int confirmed_once;
     char was[280];         /* the node it was lost on */
@@ -444,9 +441,6 @@ static void chan_place(rcp_pubsub *ps, chan *c, uint64_t now)
             c->retry_at = now + 100 * MS;
             return;
         }
-    } else if (c->pin_until > now) {
-        snprintf(host, sizeof host, "%s", c->pin_host);
-        port = c->pin_port;
     } else if (rcp__cluster_slot_master(ps->cl, c->slot, host, sizeof host, &port) < 0) {
         c->retry_at = now + 100 * MS; /* a refresh was asked for */
         return;
@@ -584,13 +578,27 @@ static void on_error(rcp_pubsub *ps, psconn *k, const redisReply *r, uint64_t no
     rcp__parse_redirect(r->str, r->len, &rd);
     c->state = CH_IDLE;
     c->conn = NULL;
-    if (rd.kind == RCP__RD_MOVED) {
+    if (rd.kind == RCP__RD_MOVED && c->kind == RCP_PUBSUB_SHARD) {
+        /* The cluster's one set of retry rules records the slot's new
+         * owner in the shared map (for every request, not only this
+         * subscriber) and asks for a refresh; placing the channel again
+         * then finds the new owner there. */
+        rcp__req rq;
+        rcp_reply e;
+        uint64_t delay;
+        int code;
+        char msg[300];
+        memset(&rq, 0, sizeof rq);
+        rq.has_slot = 1;
+        rq.slot = c->slot;
+        rq.policy = RCP_READ_MASTER_ONLY;
+        rcp__reply_error_init(&e, RCP_ERR_SERVER, r->str);
+        rcp__retry_decide(ps->cl, &rq,
+                          rd.host[0] ? NULL
+                                     : rcp__cluster_node(ps->cl, k->host, k->port, RCP__AS_MASTER),
+                          &e, &delay, &code, msg, sizeof msg);
         atomic_fetch_add(&ps->st_moved, 1);
-        snprintf(c->pin_host, sizeof c->pin_host, "%s", rd.host[0] ? rd.host : k->host);
-        c->pin_port = rd.port;
-        c->pin_until = now + MOVED_PIN_MS * MS;
         c->retry_at = 0;
-        rcp__cluster_refresh_soon(ps->cl);
         chan_place(ps, c, now);
         return;
     }
@@ -783,7 +791,7 @@ static void periodic(rcp_pubsub *ps, uint64_t now)
         int port;
         if (c->conn)
             c->conn->users++;
-        if (c->kind != RCP_PUBSUB_SHARD || c->state == CH_IDLE || c->pin_until > now)
+        if (c->kind != RCP_PUBSUB_SHARD || c->state == CH_IDLE)
             continue;
         if (rcp__cluster_slot_master(ps->cl, c->slot, host, sizeof host, &port) < 0)
             continue;

@@ -1,6 +1,7 @@
 /* test_sharedmap.c: every kind of request goes through the one set of
  * retry rules (cluster/retry.c), so a MOVED that a blocking command, a
- * transaction or a WATCH meets fixes routing for every other request too.
+ * transaction, a WATCH or a subscriber meets fixes routing for every other
+ * request too.
  *
  * Each case: two fake nodes whose every CLUSTER SLOTS answer says node 0
  * owns all slots (a stale view that refreshes never correct), while node 0
@@ -114,6 +115,37 @@ START_TEST(watch_moved_patches_map)
 }
 END_TEST
 
+static void no_messages(const rcp_pubsub_msg *m, void *data)
+{
+    (void)m;
+    (void)data;
+}
+
+/* A subscriber's SSUBSCRIBE answered with MOVED: the subscription goes to
+ * the new owner, and the MOVED is in the shared map for the next GET. */
+START_TEST(subscriber_moved_patches_map)
+{
+    sim_node *n[2];
+    rcp_cluster *cl = open_stale(n);
+    unsigned s = rcp_keyslot(KEY, 3);
+    rcp_pubsub_options po;
+    rcp_pubsub *ps = NULL;
+    char err[256] = "";
+    /* "{foo}ch" hashes as "foo": the key's slot. */
+    sim_loadf(n[0], "expect SSUBSCRIBE {foo}ch\nsend \"-MOVED %u 127.0.0.1:$P1\\r\\n\"\n", s);
+    sim_loadf(n[1], "expect SSUBSCRIBE {foo}ch\n"
+                    "send \"*3\\r\\n$10\\r\\nssubscribe\\r\\n$7\\r\\n{foo}ch\\r\\n:1\\r\\n\"\n");
+    rcp_pubsub_options_init(&po);
+    po.msg_cb = no_messages;
+    ck_assert_msg(rcp_pubsub_open(cl, &po, &ps, err, sizeof err) == RCP_OK, "%s", err);
+    ck_assert_int_eq(rcp_pubsub_ssubscribe(ps, "{foo}ch", 7), RCP_OK);
+    get_goes_to_new_owner(cl, n);
+    rcp_pubsub_close(ps);
+    rcp_cluster_close(cl);
+    sim_free_all(n, 2);
+}
+END_TEST
+
 /* A WATCH whose connection the server drops: the transaction is not run
  * (NOT_SENT: watch again), and freeing it returns (its connection, which
  * never reconnects, is closed although its session already ended). */
@@ -170,7 +202,7 @@ int main(void)
 {
     TCase *tc = tcase_create("sharedmap");
     RCPTEST_ADD(tc, blocking_command_moved_patches_map, transaction_moved_patches_map,
-                watch_connection_lost,
+                watch_connection_lost, subscriber_moved_patches_map,
                 watch_moved_patches_map, blocking_command_tryagain_retried);
     return sim_run("sim-sharedmap", tc);
 }
