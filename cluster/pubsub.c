@@ -305,35 +305,19 @@ static int call(rcp_pubsub *ps, int op, int kind, const char *name, size_t len)
     return code;
 }
 
-int rcp_pubsub_ssubscribe(rcp_pubsub *ps, const char *channel, size_t len)
-{
-    return call(ps, OP_SUB, RCP_PUBSUB_SHARD, channel, len);
-}
-
-int rcp_pubsub_sunsubscribe(rcp_pubsub *ps, const char *channel, size_t len)
-{
-    return call(ps, OP_UNSUB, RCP_PUBSUB_SHARD, channel, len);
-}
-
-int rcp_pubsub_subscribe(rcp_pubsub *ps, const char *channel, size_t len)
-{
-    return call(ps, OP_SUB, RCP_PUBSUB_CHANNEL, channel, len);
-}
-
-int rcp_pubsub_unsubscribe(rcp_pubsub *ps, const char *channel, size_t len)
-{
-    return call(ps, OP_UNSUB, RCP_PUBSUB_CHANNEL, channel, len);
-}
-
-int rcp_pubsub_psubscribe(rcp_pubsub *ps, const char *pattern, size_t len)
-{
-    return call(ps, OP_SUB, RCP_PUBSUB_PATTERN, pattern, len);
-}
-
-int rcp_pubsub_punsubscribe(rcp_pubsub *ps, const char *pattern, size_t len)
-{
-    return call(ps, OP_UNSUB, RCP_PUBSUB_PATTERN, pattern, len);
-}
+/* The six (un)subscribe calls: one operation on one kind of channel each. */
+#define PS_CALL(fn, op, kind)                                                                      \
+    int fn(rcp_pubsub *ps, const char *name, size_t len)                                           \
+    {                                                                                              \
+        return call(ps, op, kind, name, len);                                                      \
+    }
+PS_CALL(rcp_pubsub_ssubscribe, OP_SUB, RCP_PUBSUB_SHARD)
+PS_CALL(rcp_pubsub_sunsubscribe, OP_UNSUB, RCP_PUBSUB_SHARD)
+PS_CALL(rcp_pubsub_subscribe, OP_SUB, RCP_PUBSUB_CHANNEL)
+PS_CALL(rcp_pubsub_unsubscribe, OP_UNSUB, RCP_PUBSUB_CHANNEL)
+PS_CALL(rcp_pubsub_psubscribe, OP_SUB, RCP_PUBSUB_PATTERN)
+PS_CALL(rcp_pubsub_punsubscribe, OP_UNSUB, RCP_PUBSUB_PATTERN)
+#undef PS_CALL
 
 int rcp_pubsub_get_stats(rcp_pubsub *ps, rcp_pubsub_stats *out)
 {
