@@ -271,6 +271,13 @@ int rcp__cluster_dedicated(struct rcp_cluster *cl, const char *host, int port, u
 int rcp__cluster_dedicated_no_io_timeout(struct rcp_cluster *cl, const char *host, int port,
                                          struct rcp_conn **out);
 
+/* A push connection (lib/connection.h) to host:port for a subscriber, on
+ * one of the handle's I/O loops, with the handle's node options but its
+ * own event callback. */
+int rcp__cluster_dedicated_push(struct rcp_cluster *cl, const char *host, int port,
+                                rcp__push_fn fn, void *data, rcp_event_fn ev, void *ev_data,
+                                struct rcp_conn **out);
+
 /* slotmap.c (with the map functions above) */
 /* A map from a parsed table; nodes are created as needed. Slots the table
  * leaves out but `old` (or NULL) serves keep their old owner; *kept counts

@@ -171,3 +171,18 @@ int rcp__cluster_dedicated_no_io_timeout(struct rcp_cluster *cl, const char *hos
         return RCP_ERR_CLOSED;
     return nodes_dedicated(cl, host, port, 0, 1, out);
 }
+
+int rcp__cluster_dedicated_push(struct rcp_cluster *cl, const char *host, int port,
+                                rcp__push_fn fn, void *data, rcp_event_fn ev, void *ev_data,
+                                struct rcp_conn **out)
+{
+    rcp_conn_options o = cl->node_opt;
+    unsigned i = atomic_fetch_add(&cl->next_loop, 1) % cl->nloops;
+    if (atomic_load(&cl->closing))
+        return RCP_ERR_CLOSED;
+    o.host = host;
+    o.port = port;
+    o.event_cb = ev;
+    o.event_data = ev_data;
+    return rcp__conn_create_push(cl->loops[i], &o, fn, data, out);
+}

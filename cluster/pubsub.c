@@ -18,9 +18,12 @@
  * Each loss is reported (RCP_EVENT_PUBSUB_INTERRUPTED) and each
  * re-establishment confirmed by the server (RCP_EVENT_PUBSUB_RESUBSCRIBED).
  *
- * Connections use hiredis's synchronous context for connect and the
- * handshake, then poll() and redisBufferRead for the replies, so the thread
- * never blocks on a quiet socket. Commands written on a connection wait in
+ * Connections are lib/'s push connections (lib/connection.h): the same
+ * handshake, reconnect and backoff as every other connection of the
+ * handle. Their replies and events arrive on I/O threads, which hand them
+ * to this thread through a queue and the eventfd, so the channel table
+ * stays the thread's alone and the message callback runs here, as before.
+ * Commands written on a connection wait in
  * its FIFO of pending commands until their confirmation (or error) comes;
  * replies come in command order, and the only unsolicited replies besides
  * messages are "sunsubscribe"s, which are told apart by that FIFO. */
@@ -32,31 +35,22 @@
 static void *ps_main(void *arg)
 {
     rcp_pubsub *ps = arg;
-    struct pollfd fds[MAX_POLL + 1];
-    psconn *ks[MAX_POLL];
 
     for (;;) {
-        int n = 0, i, stop, tick = ps->recheck_ms < 50 ? ps->recheck_ms : 50;
-        psconn *k;
+        int stop, tick = ps->recheck_ms < 50 ? ps->recheck_ms : 50;
+        struct pollfd fd;
         req *q;
         chan *c;
         uint64_t now;
 
-        fds[n].fd = ps->efd;
-        fds[n].events = POLLIN;
-        fds[n].revents = 0;
-        n++;
-        for (k = ps->conns; k && n <= MAX_POLL; k = k->next)
-            if (k->ctx) {
-                ks[n - 1] = k;
-                fds[n].fd = k->ctx->fd;
-                fds[n].events = POLLIN;
-                fds[n].revents = 0;
-                n++;
-            }
-        if (poll(fds, (nfds_t)n, tick) < 0 && errno != EINTR)
+        /* The eventfd rings for a caller's request and for a reply or an
+         * event a connection's I/O thread handed over. */
+        fd.fd = ps->efd;
+        fd.events = POLLIN;
+        fd.revents = 0;
+        if (poll(&fd, 1, tick) < 0 && errno != EINTR)
             break;
-        if (fds[0].revents & POLLIN) {
+        if (fd.revents & POLLIN) {
             uint64_t v;
             if (read(ps->efd, &v, sizeof v) < 0) {
                 /* nothing: the counter was already read */
@@ -78,12 +72,8 @@ static void *ps_main(void *arg)
         }
         if (stop)
             break;
-        /* A connection handled below may be freed by nothing here: only
-         * rcp__ps_periodic() frees connections, after this loop. */
-        for (i = 1; i < n; i++)
-            if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) && ks[i - 1]->ctx &&
-                ks[i - 1]->ctx->fd == fds[i].fd)
-                rcp__ps_conn_read(ps, ks[i - 1]);
+        /* Connections are freed only by periodic(), after this. */
+        rcp__ps_drain(ps, rcp__now_ns());
         now = rcp__now_ns();
         for (c = ps->chans; c; c = c->next)
             if (c->state == CH_IDLE && c->retry_at <= now)
@@ -99,7 +89,7 @@ static void *ps_main(void *arg)
         psconn *k = ps->conns;
         ps->conns = k->next;
         rcp__ps_free_pends(k);
-        redisFree(k->ctx);
+        rcp__ps_conn_close(ps, k);
         rcp__free(k);
     }
     return NULL;
@@ -122,18 +112,7 @@ static void ps_free(rcp_pubsub *ps)
         close(ps->efd);
     pthread_mutex_destroy(&ps->mu);
     pthread_cond_destroy(&ps->cv);
-    rcp__free(ps->username);
-    rcp__free(ps->password);
-    rcp__free(ps->client_name);
     rcp__free(ps);
-}
-
-static int set_str(char **dst, const char *s)
-{
-    if (!s)
-        return 0;
-    *dst = rcp__strdup(s);
-    return *dst ? 0 : -1;
 }
 
 int rcp_pubsub_open(rcp_cluster *c, const rcp_pubsub_options *o, rcp_pubsub **out, char *errbuf,
@@ -173,20 +152,12 @@ int rcp_pubsub_open(rcp_cluster *c, const rcp_pubsub_options *o, rcp_pubsub **ou
     ps->timeout_ms = o->timeout_ms > 0                 ? o->timeout_ms
                      : no->request_timeout_ms > 0 ? no->request_timeout_ms
                                                   : 5000;
-    ps->connect_timeout_ms = no->connect_timeout_ms > 0 ? no->connect_timeout_ms : 2000;
     ps->io_timeout_ms = no->io_timeout_ms;
-    ps->backoff_max_ms = no->reconnect_max_ms > 0 ? no->reconnect_max_ms : 2000;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&ps->mu, NULL);
     pthread_cond_init(&ps->cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (set_str(&ps->username, no->username) < 0 || set_str(&ps->password, no->password) < 0 ||
-        set_str(&ps->client_name, no->client_name) < 0) {
-        ps_free(ps);
-        snprintf(errbuf, errbuf_len, "rcp_pubsub_open: out of memory");
-        return RCP_ERR_OOM;
-    }
     if (o->classic_node) {
         const char *colon = strrchr(o->classic_node, ':');
         char *end = NULL;

@@ -4,6 +4,7 @@
  * callers' (un)subscribe requests and the periodic re-check against the
  * map. All of it runs on the subscriber's thread (pubsub.c). */
 #include "pubsub_int.h"
+#include "format.h"
 
 /* ------------------------------------------------------------------ */
 /* small helpers                                                       */
@@ -122,6 +123,10 @@ void rcp__ps_free_pends(psconn *k)
     while (k->phead) {
         pend *p = k->phead;
         k->phead = p->next;
+        /* An unsubscribe waiting: with its connection, the subscription
+         * is gone too. */
+        if (p->waiter)
+            rcp__ps_req_complete(k->ps, p->waiter, RCP_OK);
         rcp__free(p->name);
         rcp__free(p);
     }
@@ -139,6 +144,7 @@ static psconn *get_conn(rcp_pubsub *ps, const char *host, int port, int classic)
     if (!k)
         return NULL;
     snprintf(k->host, sizeof k->host, "%s", host);
+    k->ps = ps;
     k->port = port;
     k->classic = classic;
     snprintf(k->addr, sizeof k->addr, "%s:%d", host, port);
@@ -147,84 +153,127 @@ static psconn *get_conn(rcp_pubsub *ps, const char *host, int port, int classic)
     return k;
 }
 
-static void set_tv(struct timeval *tv, int ms)
-{
-    tv->tv_sec = ms / 1000;
-    tv->tv_usec = (ms % 1000) * 1000;
-}
-
-/* One handshake command; 0, or -1 with a reason. */
-static int handshake_cmd(redisContext *ctx, int argc, const char **argv, char *why, size_t whylen)
-{
-    redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
-    if (!r) {
-        snprintf(why, whylen, "%s: %s", argv[0], ctx->errstr);
-        return -1;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(why, whylen, "%s refused: %.200s", argv[0], r->str);
-        freeReplyObject(r);
-        return -1;
-    }
-    freeReplyObject(r);
-    return 0;
-}
-
-/* Connects k (blocking, bounded by connect and io timeouts). 0 or -1. */
-static int conn_connect(rcp_pubsub *ps, psconn *k, char *why, size_t whylen)
-{
-    struct timeval tv;
-    redisContext *ctx;
-
-    set_tv(&tv, ps->connect_timeout_ms);
-    ctx = redisConnectWithTimeout(k->host, k->port, tv);
-    if (!ctx || ctx->err) {
-        snprintf(why, whylen, "connect to %s: %.100s", k->addr,
-                 ctx ? ctx->errstr : "out of memory");
-        redisFree(ctx);
-        return -1;
-    }
-    set_tv(&tv, ps->io_timeout_ms);
-    redisSetTimeout(ctx, tv);
-    if (ps->password) {
-        const char *argv[3] = {"AUTH", ps->username ? ps->username : ps->password,
-                               ps->password};
-        if (handshake_cmd(ctx, ps->username ? 3 : 2, argv, why, whylen) < 0) {
-            redisFree(ctx);
-            return -1;
-        }
-    }
-    if (ps->client_name) {
-        const char *argv[3] = {"CLIENT", "SETNAME", ps->client_name};
-        if (handshake_cmd(ctx, 3, argv, why, whylen) < 0) {
-            redisFree(ctx);
-            return -1;
-        }
-    }
-    k->ctx = ctx;
-    k->last_read = rcp__now_ns();
-    k->ping_out = 0;
-    k->backoff_ms = 0;
-    atomic_fetch_add(&ps->st_connects, 1);
-    return 0;
-}
-
 static void conn_lost(rcp_pubsub *ps, psconn *k, const char *why);
 
-/* Writes one command and records what it waits for. 0, or -1 after the
- * connection was declared lost. */
+/* The I/O thread of k's connection: hand an item to the subscriber's
+ * thread and wake it. */
+static void ps_hand_over(psconn *k, rcp_pubsub *ps, psitem *it)
+{
+    uint64_t one = 1;
+    it->k = k;
+    pthread_mutex_lock(&ps->mu);
+    if (ps->itail)
+        ps->itail->next = it;
+    else
+        ps->ihead = it;
+    ps->itail = it;
+    pthread_mutex_unlock(&ps->mu);
+    if (write(ps->efd, &one, sizeof one) < 0) {
+        /* EAGAIN: the counter is full, the thread is awake anyway */
+    }
+}
+
+/* Push function of every subscriber connection (an I/O thread). */
+static void ps_on_push(void *data, rcp_reply *r)
+{
+    psconn *k = data;
+    psitem *it = rcp__calloc(1, sizeof *it);
+    if (!it) {
+        atomic_fetch_add(&k->ps->st_dropped, 1);
+        return;
+    }
+    it->r = rcp_reply_keep(r);
+    if (!it->r) {
+        rcp__free(it);
+        atomic_fetch_add(&k->ps->st_dropped, 1);
+        return;
+    }
+    ps_hand_over(k, k->ps, it);
+}
+
+/* Event function of every subscriber connection (an I/O thread). */
+static void ps_on_event(const rcp_event *ev, void *data)
+{
+    psconn *k = data;
+    psitem *it;
+    if (ev->type != RCP_EVENT_CONNECTED && ev->type != RCP_EVENT_DISCONNECTED &&
+        ev->type != RCP_EVENT_CONNECT_FAILED)
+        return;
+    if (ev->type != RCP_EVENT_CONNECTED && ev->err != RCP_ERR_CLOSED)
+        rcp__cluster_refresh_soon(k->ps->cl); /* a lost node is a topology signal */
+    it = rcp__calloc(1, sizeof *it);
+    if (!it)
+        return; /* the next PING check finds it */
+    it->type = ev->type;
+    it->err = ev->err;
+    snprintf(it->why, sizeof it->why, "%s", ev->message ? ev->message : "");
+    ps_hand_over(k, k->ps, it);
+}
+
+/* k's connection, made if it has none: lib's handshake, reconnect and
+ * backoff; the thread hears of it through ps_on_event. 0 or -1. */
+static int conn_open(rcp_pubsub *ps, psconn *k)
+{
+    if (k->conn)
+        return 0;
+    if (rcp__cluster_dedicated_push(ps->cl, k->host, k->port, ps_on_push, k, ps_on_event, k,
+                                    &k->conn) != RCP_OK) {
+        k->conn = NULL;
+        return -1;
+    }
+    k->up = 0;
+    k->last_read = rcp__now_ns();
+    k->ping_out = 0;
+    return 0;
+}
+
+void rcp__ps_conn_close(rcp_pubsub *ps, psconn *k)
+{
+    psitem *it, **pp, *dead = NULL;
+    if (k->conn)
+        rcp_conn_close(k->conn); /* no push or event for k after it returns */
+    k->conn = NULL;
+    k->up = 0;
+    pthread_mutex_lock(&ps->mu);
+    ps->itail = NULL;
+    for (pp = &ps->ihead; (it = *pp) != NULL;) {
+        if (it->k == k) {
+            *pp = it->next;
+            it->next = dead;
+            dead = it;
+        } else {
+            ps->itail = it;
+            pp = &it->next;
+        }
+    }
+    pthread_mutex_unlock(&ps->mu);
+    while (dead) {
+        it = dead;
+        dead = it->next;
+        rcp_reply_free(it->r);
+        rcp__free(it);
+    }
+}
+
+/* Queues one command and records what it waits for. 0, or -1 if the
+ * connection would not take it (reconnecting, full): the caller tries
+ * again later. */
 static int conn_send(rcp_pubsub *ps, psconn *k, int op, int kind, const char *name, size_t len)
 {
     static const char *const sub[] = {"SSUBSCRIBE", "SUBSCRIBE", "PSUBSCRIBE"};
     static const char *const unsub[] = {"SUNSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE"};
     const char *argv[2];
-    size_t lens[2];
-    int done = 0, argc = 2;
-    pend *p = rcp__calloc(1, sizeof *p);
+    size_t lens[2], blen;
+    char stackbuf[512], *buf;
+    int argc = 2, rv;
+    pend *p;
 
+    (void)ps;
+    if (!k->conn)
+        return -1;
+    p = rcp__calloc(1, sizeof *p);
     if (!p || (op != OP_PING && !(p->name = rcp__ps_dup_bytes(name, len)))) {
         rcp__free(p);
-        conn_lost(ps, k, "out of memory");
         return -1;
     }
     p->op = op;
@@ -240,10 +289,20 @@ static int conn_send(rcp_pubsub *ps, psconn *k, int op, int kind, const char *na
         argv[1] = name;
         lens[1] = len;
     }
-    if (redisAppendCommandArgv(k->ctx, argc, argv, lens) != REDIS_OK) {
+    blen = rcp__format_len(argc, argv, lens);
+    buf = blen <= sizeof stackbuf ? stackbuf : rcp__malloc(blen);
+    if (!buf) {
         rcp__free(p->name);
         rcp__free(p);
-        conn_lost(ps, k, k->ctx->errstr);
+        return -1;
+    }
+    rcp__format_write(buf, argc, argv, lens);
+    rv = rcp__conn_push_send(k->conn, buf, blen);
+    if (buf != stackbuf)
+        rcp__free(buf);
+    if (rv != RCP_OK) {
+        rcp__free(p->name);
+        rcp__free(p);
         return -1;
     }
     if (k->ptail)
@@ -251,14 +310,6 @@ static int conn_send(rcp_pubsub *ps, psconn *k, int op, int kind, const char *na
     else
         k->phead = p;
     k->ptail = p;
-    while (!done) {
-        if (redisBufferWrite(k->ctx, &done) != REDIS_OK) {
-            char why[160];
-            snprintf(why, sizeof why, "write: %s", k->ctx->errstr);
-            conn_lost(ps, k, why);
-            return -1;
-        }
-    }
     return 0;
 }
 
@@ -305,7 +356,7 @@ static int classic_target(rcp_pubsub *ps, char *host, size_t hostlen, int *port)
 /* Subscribe c on its owner now if possible, else set when to try again. */
 void rcp__ps_chan_place(rcp_pubsub *ps, chan *c, uint64_t now)
 {
-    char host[256], why[512];
+    char host[256];
     int port;
     psconn *k;
 
@@ -325,46 +376,29 @@ void rcp__ps_chan_place(rcp_pubsub *ps, chan *c, uint64_t now)
         c->retry_at = now + 100 * MS;
         return;
     }
-    if (!k->ctx) {
-        if (k->retry_at > now) {
-            /* Look at the map again before then: the slot may have a
-             * new owner (a promoted replica) already. */
-            uint64_t recheck = now + (uint64_t)ps->recheck_ms * MS;
-            c->retry_at = k->retry_at < recheck ? k->retry_at : recheck;
-            return;
-        }
-        if (conn_connect(ps, k, why, sizeof why) < 0) {
-            atomic_fetch_add(&ps->st_connect_failures, 1);
-            k->backoff_ms = k->backoff_ms ? k->backoff_ms * 2 : 10;
-            if (k->backoff_ms > ps->backoff_max_ms)
-                k->backoff_ms = ps->backoff_max_ms;
-            k->retry_at = rcp__now_ns() + (uint64_t)k->backoff_ms * MS;
-            c->retry_at = k->retry_at < now + (uint64_t)ps->recheck_ms * MS
-                              ? k->retry_at
-                              : now + (uint64_t)ps->recheck_ms * MS;
-            if (k->classic && !ps->classic_fixed)
-                ps->classic_port = 0;
-            rcp__cluster_refresh_soon(ps->cl);
-            return;
-        }
+    if (conn_open(ps, k) < 0) {
+        atomic_fetch_add(&ps->st_connect_failures, 1);
+        c->retry_at = now + (uint64_t)ps->recheck_ms * MS;
+        return;
+    }
+    if (conn_send(ps, k, OP_SUB, c->kind, c->name, c->len) < 0) {
+        /* Not taken (the connection is between attempts): look again at
+         * the map and the connection a little later. */
+        c->retry_at = now + (uint64_t)ps->recheck_ms * MS;
+        return;
     }
     c->conn = k;
     c->state = CH_PENDING;
-    if (conn_send(ps, k, OP_SUB, c->kind, c->name, c->len) < 0)
-        return; /* conn_lost put c back to IDLE */
 }
 
-/* The connection failed: every channel on it goes back to be placed. */
+/* The connection failed (lib reconnects it by itself, with its backoff):
+ * what was pending on it is gone, and every channel on it goes back to be
+ * placed. */
 static void conn_lost(rcp_pubsub *ps, psconn *k, const char *why)
 {
     chan *c;
-    redisFree(k->ctx);
-    k->ctx = NULL;
+    k->up = 0;
     rcp__ps_free_pends(k);
-    k->backoff_ms = k->backoff_ms ? k->backoff_ms * 2 : 10;
-    if (k->backoff_ms > ps->backoff_max_ms)
-        k->backoff_ms = ps->backoff_max_ms;
-    k->retry_at = rcp__now_ns() + (uint64_t)k->backoff_ms * MS;
     if (k->classic && !ps->classic_fixed)
         ps->classic_port = 0;
     for (c = ps->chans; c; c = c->next)
@@ -379,12 +413,12 @@ static void conn_lost(rcp_pubsub *ps, psconn *k, const char *why)
 /* ------------------------------------------------------------------ */
 /* replies                                                             */
 
-static int is_str(const redisReply *r)
+static int is_str(const rcp_reply *r)
 {
-    return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
+    return r && (r->type == RCP_REPLY_STRING || r->type == RCP_REPLY_STATUS);
 }
 
-static int word_is(const redisReply *r, const char *w)
+static int word_is(const rcp_reply *r, const char *w)
 {
     return is_str(r) && strlen(w) == r->len && strcasecmp(r->str, w) == 0;
 }
@@ -400,18 +434,21 @@ static pend *pop_pend(psconn *k)
     return p;
 }
 
-static void free_pend(pend *p)
+/* Done with p: its waiting caller (an unsubscribe) gets code. */
+static void free_pend(rcp_pubsub *ps, pend *p, int code)
 {
     if (p) {
+        if (p->waiter)
+            rcp__ps_req_complete(ps, p->waiter, code);
         rcp__free(p->name);
         rcp__free(p);
     }
 }
 
-static void deliver(rcp_pubsub *ps, int kind, const redisReply *pat, const redisReply *ch,
-                    const redisReply *msg)
+static void deliver(rcp_pubsub *ps, int kind, const rcp_reply *pat, const rcp_reply *ch,
+                    const rcp_reply *msg)
 {
-    const redisReply *key = kind == RCP_PUBSUB_PATTERN ? pat : ch;
+    const rcp_reply *key = kind == RCP_PUBSUB_PATTERN ? pat : ch;
     rcp_pubsub_msg m;
     if (!find_chan(ps, kind, key->str, key->len)) {
         atomic_fetch_add(&ps->st_dropped, 1);
@@ -432,7 +469,7 @@ static void deliver(rcp_pubsub *ps, int kind, const redisReply *pat, const redis
 }
 
 /* An error answered the command at the head of k's FIFO. */
-static void on_error(rcp_pubsub *ps, psconn *k, const redisReply *r, uint64_t now)
+static void on_error(rcp_pubsub *ps, psconn *k, const rcp_reply *r, uint64_t now)
 {
     pend *p = pop_pend(k);
     rcp__redirect rd;
@@ -443,11 +480,11 @@ static void on_error(rcp_pubsub *ps, psconn *k, const redisReply *r, uint64_t no
         return;
     if (p->op == OP_PING) {
         k->ping_out = 0;
-        free_pend(p);
+        free_pend(ps, p, RCP_ERR_SERVER);
         return;
     }
     c = p->op == OP_SUB ? find_chan(ps, p->kind, p->name, p->len) : NULL;
-    free_pend(p);
+    free_pend(ps, p, RCP_ERR_SERVER);
     if (!c || c->conn != k || c->state != CH_PENDING)
         return;
     rcp__parse_redirect(r->str, r->len, &rd);
@@ -495,17 +532,17 @@ static void on_error(rcp_pubsub *ps, psconn *k, const redisReply *r, uint64_t no
     rcp__cluster_refresh_soon(ps->cl);
 }
 
-static void on_reply(rcp_pubsub *ps, psconn *k, redisReply *r, uint64_t now)
+static void on_reply(rcp_pubsub *ps, psconn *k, rcp_reply *r, uint64_t now)
 {
-    const redisReply *w;
+    const rcp_reply *w;
     int kind;
     chan *c;
 
-    if (r->type == REDIS_REPLY_ERROR) {
+    if (r->type == RCP_REPLY_ERROR) {
         on_error(ps, k, r, now);
         return;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || !is_str(r->element[0]))
+    if (r->type != RCP_REPLY_ARRAY || r->elements < 2 || !is_str(r->element[0]))
         return;
     w = r->element[0];
     if (r->elements == 3 && is_str(r->element[1]) && is_str(r->element[2]) &&
@@ -522,7 +559,7 @@ static void on_reply(rcp_pubsub *ps, psconn *k, redisReply *r, uint64_t now)
     if (word_is(w, "pong")) {
         pend *p = k->phead;
         if (p && p->op == OP_PING)
-            free_pend(pop_pend(k));
+            free_pend(ps, pop_pend(k), RCP_OK);
         k->ping_out = 0;
         return;
     }
@@ -535,7 +572,7 @@ static void on_reply(rcp_pubsub *ps, psconn *k, redisReply *r, uint64_t now)
                    : RCP_PUBSUB_PATTERN;
         if (p && p->op == OP_SUB && p->kind == kind &&
             name_is(p->name, p->len, r->element[1]->str, r->element[1]->len))
-            free_pend(pop_pend(k));
+            free_pend(ps, pop_pend(k), RCP_OK);
         c = find_chan(ps, kind, r->element[1]->str, r->element[1]->len);
         if (!c || c->conn != k || c->state != CH_PENDING)
             return; /* moved or dropped meanwhile: its unsubscribe follows */
@@ -566,7 +603,7 @@ static void on_reply(rcp_pubsub *ps, psconn *k, redisReply *r, uint64_t now)
                                                            : RCP_PUBSUB_PATTERN);
         if (p && p->op == OP_UNSUB && p->kind == kind &&
             name_is(p->name, p->len, r->element[1]->str, r->element[1]->len)) {
-            free_pend(pop_pend(k)); /* the answer to our own unsubscribe */
+            free_pend(ps, pop_pend(k), RCP_OK); /* the answer to our own unsubscribe */
             return;
         }
         /* Unsolicited: the server dropped it (its slot left this node). */
@@ -581,33 +618,32 @@ static void on_reply(rcp_pubsub *ps, psconn *k, redisReply *r, uint64_t now)
     }
 }
 
-/* Reads what k has; 0, or -1 once k was declared lost. */
-int rcp__ps_conn_read(rcp_pubsub *ps, psconn *k)
+void rcp__ps_drain(rcp_pubsub *ps, uint64_t now)
 {
-    void *reply = NULL;
-    uint64_t now = rcp__now_ns();
-
-    if (redisBufferRead(k->ctx) != REDIS_OK) {
-        char why[160];
-        snprintf(why, sizeof why, "read: %s", k->ctx->errstr);
-        conn_lost(ps, k, why);
-        return -1;
-    }
-    k->last_read = now;
-    for (;;) {
-        if (redisGetReplyFromReader(k->ctx, &reply) != REDIS_OK) {
-            char why[160];
-            snprintf(why, sizeof why, "protocol: %s", k->ctx->errstr);
-            conn_lost(ps, k, why);
-            return -1;
+    psitem *it;
+    pthread_mutex_lock(&ps->mu);
+    it = ps->ihead;
+    ps->ihead = ps->itail = NULL;
+    pthread_mutex_unlock(&ps->mu);
+    while (it) {
+        psitem *next = it->next;
+        psconn *k = it->k;
+        if (it->r) {
+            k->last_read = now;
+            on_reply(ps, k, it->r, now);
+            rcp_reply_free(it->r);
+        } else if (it->type == RCP_EVENT_CONNECTED) {
+            k->up = 1;
+            k->last_read = now;
+            k->ping_out = 0;
+            atomic_fetch_add(&ps->st_connects, 1);
+        } else {
+            if (it->type == RCP_EVENT_CONNECT_FAILED)
+                atomic_fetch_add(&ps->st_connect_failures, 1);
+            conn_lost(ps, k, it->why);
         }
-        if (!reply)
-            return 0;
-        on_reply(ps, k, reply, now);
-        freeReplyObject(reply);
-        reply = NULL;
-        if (!k->ctx)
-            return -1; /* lost while handling the reply (a write failed) */
+        rcp__free(it);
+        it = next;
     }
 }
 
@@ -620,12 +656,20 @@ void rcp__ps_handle_req(rcp_pubsub *ps, req *r, uint64_t now)
 
     r->next = NULL;
     if (r->op == OP_UNSUB) {
+        psconn *k = c ? c->conn : NULL;
+        int sent = 0;
         if (c) {
-            if (c->conn && c->conn->ctx && c->state != CH_IDLE)
-                conn_send(ps, c->conn, OP_UNSUB, c->kind, c->name, c->len);
+            /* Answered when the server confirms: once the call returns, the
+             * server counts this subscriber no more. */
+            if (k && k->conn && c->state != CH_IDLE &&
+                conn_send(ps, k, OP_UNSUB, c->kind, c->name, c->len) == 0) {
+                k->ptail->waiter = r;
+                sent = 1;
+            }
             rcp__ps_free_chan(ps, c);
         }
-        rcp__ps_req_complete(ps, r, RCP_OK);
+        if (!sent)
+            rcp__ps_req_complete(ps, r, RCP_OK);
         return;
     }
     if (c && c->state == CH_ACTIVE) {
@@ -677,17 +721,19 @@ void rcp__ps_periodic(rcp_pubsub *ps, uint64_t now)
             char why[300];
             snprintf(why, sizeof why, "the map moved slot %u to %s:%d", c->slot, host, port);
             old->users--;
-            if (old->ctx && conn_send(ps, old, OP_UNSUB, c->kind, c->name, c->len) < 0)
-                continue; /* conn_lost put c back already */
+            conn_send(ps, old, OP_UNSUB, c->kind, c->name, c->len);
             chan_interrupt(ps, c, RCP_OK, why);
         }
     }
     /* Hung connections, keepalive, idle ones closed. */
     kp = &ps->conns;
     while ((k = *kp) != NULL) {
-        if (k->ctx && ps->io_timeout_ms > 0) {
+        if (k->up && ps->io_timeout_ms > 0) {
             uint64_t quiet = now - k->last_read;
             if (k->phead && quiet > (uint64_t)ps->io_timeout_ms * MS) {
+                /* Connected but deaf: a new connection (lib's reconnect
+                 * only follows failures it sees itself). */
+                rcp__ps_conn_close(ps, k);
                 conn_lost(ps, k, "no answer within io_timeout_ms");
             } else if (!k->ping_out && k->users > 0 &&
                        quiet > (uint64_t)ps->io_timeout_ms * MS / 3) {
@@ -695,11 +741,10 @@ void rcp__ps_periodic(rcp_pubsub *ps, uint64_t now)
                     k->ping_out = 1;
             }
         }
-        /* A connection nobody uses is closed; a failed one is kept a
-         * while so that its backoff still spaces the next attempts. */
-        if (k->users == 0 && !k->phead && (k->ctx || now > k->retry_at + 5000 * MS)) {
+        /* A connection nobody uses is closed. */
+        if (k->users == 0 && !k->phead) {
             *kp = k->next;
-            redisFree(k->ctx);
+            rcp__ps_conn_close(ps, k);
             rcp__free(k);
             continue;
         }

@@ -2,7 +2,9 @@
  * (the thread and the public API) and pubsub_chan.c (channels, their
  * placement on the slot's owner, the subscriber's connections and their
  * replies). Everything here belongs to the subscriber's thread, except
- * what is marked "under mu". */
+ * what is marked "under mu". The connections are lib/'s push connections
+ * (lib/connection.h): their replies and events arrive on I/O threads and
+ * are handed to the subscriber's thread through a queue. */
 #ifndef RCP_PUBSUB_INT_H
 #define RCP_PUBSUB_INT_H
 
@@ -18,8 +20,6 @@
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <hiredis/hiredis.h>
 
 #include "alloc.h"
 #include "clock.h"
@@ -44,22 +44,33 @@ typedef struct req {
     struct req *next; /* the queue, then the channel's waiters */
 } req;
 
+/* What a connection's I/O thread hands the subscriber's thread: a reply
+ * (kept) or a connection event. */
+typedef struct psitem {
+    struct psconn *k;
+    rcp_reply *r;          /* NULL: an event */
+    int type, err;         /* event: RCP_EVENT_*, its error */
+    char why[200];
+    struct psitem *next;
+} psitem;
+
 /* A command written on a connection, awaiting its answer. */
 typedef struct pend {
     int op, kind;
     char *name;
     size_t len;
+    struct req *waiter;    /* an unsubscribe: the caller, answered with the server's */
     struct pend *next;
 } pend;
 
 typedef struct psconn {
+    struct rcp_pubsub *ps;
     char host[256];
     int port;
     char addr[280];
     int classic;           /* the classic (SUBSCRIBE/PSUBSCRIBE) connection */
-    redisContext *ctx;     /* NULL while down */
-    uint64_t retry_at;     /* ns: no reconnect before */
-    int backoff_ms;
+    struct rcp_conn *conn; /* a push connection (lib/conn_push.c); NULL until needed */
+    int up;                /* connected: between its CONNECTED and DISCONNECTED events */
     uint64_t last_read;    /* ns */
     int ping_out;          /* a PING awaits its answer */
     pend *phead, *ptail;
@@ -88,8 +99,7 @@ struct rcp_pubsub {
     rcp_pubsub_msg_fn msg_cb;
     void *msg_data;
     int timeout_ms, recheck_ms;
-    int connect_timeout_ms, io_timeout_ms, backoff_max_ms;
-    char *username, *password, *client_name;
+    int io_timeout_ms;     /* a subscribed connection's liveness: PING, then give up */
     int classic_fixed;     /* classic node given by the caller */
     char classic_host[256];
     int classic_port;      /* 0: pick one */
@@ -98,6 +108,7 @@ struct rcp_pubsub {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     req *qhead, *qtail;    /* under mu */
+    psitem *ihead, *itail; /* under mu: from the connections' I/O threads */
     int stopping;          /* under mu */
     int inside;            /* callers in call(), under mu */
     int efd;
@@ -118,9 +129,11 @@ struct rcp_pubsub {
 int rcp__ps_req_complete(rcp_pubsub *ps, req *r, int code);
 /* A caller's (un)subscribe or ping, on the thread. */
 void rcp__ps_handle_req(rcp_pubsub *ps, req *r, uint64_t now);
-/* Read what connection k has for us and act on each reply; 0, or -1
- * once k was declared lost (its channels are back to place). */
-int rcp__ps_conn_read(rcp_pubsub *ps, psconn *k);
+/* Act on what the connections' I/O threads handed over: replies and
+ * connection events, in order. */
+void rcp__ps_drain(rcp_pubsub *ps, uint64_t now);
+/* Close k's connection and drop what it still had queued for us. */
+void rcp__ps_conn_close(rcp_pubsub *ps, psconn *k);
 /* Subscribe c on its owner now if possible, else set when to try again. */
 void rcp__ps_chan_place(rcp_pubsub *ps, chan *c, uint64_t now);
 /* The re-check of every channel's owner against the map, PINGs of quiet

@@ -70,6 +70,9 @@ struct rcp_conn {
     char addr[300];       /* "host:port" for messages */
     rcp__loop *loop;
     rcp__loop **owned_loops; /* loops this handle created (public open) */
+    rcp__push_fn push_fn; /* a push connection (conn_push.c): every reply after the
+                           * handshake goes here; NULL: replies match the ring */
+    void *push_data;
     unsigned nowned;
     uint64_t cap;         /* ring size, a power of two >= max_inflight */
     uint64_t mask;
@@ -254,6 +257,19 @@ static inline ssize_t conn_recv_feed(struct rcp_conn *c, int flags)
 }
 
 /* ---- across the files of a connection -------------------------------- */
+
+/* conn_push.c */
+/* Loop thread, a push connection: hand replies to the handshake's futures
+ * while it lasts, then to push_fn; mutex not held. Returns 1. */
+int rcp__conn_push_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n);
+/* Mutex held, a push connection: written commands need no reply slot, so
+ * once the handshake is answered the ring's head follows what was
+ * written. */
+static inline void conn_push_retire(struct rcp_conn *c)
+{
+    if (c->push_fn && c->head >= c->hs_end && c->head < c->wr)
+        c->head = c->wr;
+}
 
 /* conn.c */
 /* Mutex held. Room for `len` more pending bytes (pend_off compacted);

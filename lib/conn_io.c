@@ -143,7 +143,7 @@ static int stray_check(struct rcp_conn *c)
     ssize_t pk;
     int idle;
     pthread_mutex_lock(&c->mu);
-    idle = c->head == c->wr;
+    idle = c->head == c->wr && !c->push_fn; /* a push connection hears unasked */
     pthread_mutex_unlock(&c->mu);
     if (!idle || c->fd < 0)
         return 1;
@@ -220,6 +220,7 @@ static int do_write(struct rcp_conn *c)
             c->wslot_off += c->ring[c->wr & c->mask].len;
             c->wr++;
         }
+        conn_push_retire(c);
         if (c->woff == c->wlen)
             c->wlen = c->woff = c->wslot_off = 0;
         pthread_mutex_unlock(&c->mu);
@@ -247,6 +248,8 @@ static int dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
     rcp_future *futs[DISPATCH_MAX];
     size_t i, late = 0;
     int ok = 1;
+    if (c->push_fn)
+        return rcp__conn_push_dispatch(c, replies, n);
     pthread_mutex_lock(&c->mu);
     for (i = 0; i < n; i++) {
         rcp__slot *s;

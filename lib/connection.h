@@ -73,6 +73,32 @@ enum {
 int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
                      struct rcp_conn **out);
 
+/* ---- push connections (pub/sub) ------------------------------------------ */
+
+/* Called on the loop thread with every reply a push connection reads
+ * after its handshake (subscription confirmations, messages, unsolicited
+ * "sunsubscribe"s, PING answers), in the order read. The reply is valid
+ * during the call; rcp_reply_keep takes it. MUST be short and MUST NOT
+ * block, like a resolve callback. */
+typedef void (*rcp__push_fn)(void *data, rcp_reply *r);
+
+/* A dedicated connection whose replies are not matched to requests but
+ * handed to fn (RESP2 SUBSCRIBE answers one confirmation per channel, and
+ * messages come unasked). Otherwise it is an ordinary connection: the same
+ * handshake (AUTH, CLIENT SETNAME) and the same reconnect with backoff;
+ * its owner learns of ready and lost through o->event_cb
+ * (RCP_EVENT_CONNECTED / RCP_EVENT_DISCONNECTED) and subscribes again
+ * after a reconnect. The lone-caller path and the I/O timeout are off
+ * (a subscriber may hear nothing for hours). Contract otherwise as
+ * rcp__conn_create. The sync forms and rcp__conn_send_raw/_group MUST NOT
+ * be used on it: only rcp__conn_push_send. */
+int rcp__conn_create_push(rcp__loop *loop, const rcp_conn_options *o, rcp__push_fn fn,
+                          void *data, struct rcp_conn **out);
+/* Queue one pre-formatted command on a push connection; its answers come
+ * to the push function. Any thread. Errors as rcp__conn_send_raw
+ * (RCP_ERR_NOT_SENT while it reconnects, RCP_ERR_QUEUE_FULL, ...). */
+int rcp__conn_push_send(struct rcp_conn *c, const char *raw, size_t len);
+
 /* ---- sending (async) --------------------------------------------------- */
 
 /* Queue one pre-formatted command for f. With `asking`, "ASKING" is

@@ -9,6 +9,7 @@
  * must go straight to node 1: only the MOVED, recorded in the shared map,
  * can have told the handle so. */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -146,6 +147,68 @@ START_TEST(subscriber_moved_patches_map)
 }
 END_TEST
 
+typedef struct got {
+    pthread_mutex_t mu;
+    int n;
+    char last[64];
+} got;
+
+static void count_messages(const rcp_pubsub_msg *m, void *data)
+{
+    got *g = data;
+    pthread_mutex_lock(&g->mu);
+    g->n++;
+    snprintf(g->last, sizeof g->last, "%.*s", (int)m->message_len, m->message);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* A subscriber's connection (lib's push connection): the confirmation of
+ * an SSUBSCRIBE and an unasked message arrive in order; the node
+ * drops the connection; lib reconnects it and the subscriber subscribes
+ * again by itself; a message after that arrives too. */
+START_TEST(subscriber_reconnects_and_resubscribes)
+{
+    sim_node *n[2];
+    rcp_cluster *cl = open_stale(n);
+    rcp_pubsub_options po;
+    rcp_pubsub *ps = NULL;
+    got g = {PTHREAD_MUTEX_INITIALIZER, 0, ""};
+    char err[256] = "";
+    uint64_t until;
+    static const char confirm[] =
+        "send \"*3\\r\\n$10\\r\\nssubscribe\\r\\n$7\\r\\n{foo}ch\\r\\n:1\\r\\n\"\n";
+    static const char msg1[] = "send \"*3\\r\\n$8\\r\\nsmessage\\r\\n$7\\r\\n{foo}ch\\r\\n"
+                               "$3\\r\\none\\r\\n\"\n";
+    static const char msg2[] = "send \"*3\\r\\n$8\\r\\nsmessage\\r\\n$7\\r\\n{foo}ch\\r\\n"
+                               "$3\\r\\ntwo\\r\\n\"\n";
+    sim_loadf(n[0], "expect SSUBSCRIBE {foo}ch\n%s%sclose\nexpect SSUBSCRIBE {foo}ch\n%s%s", confirm,
+              msg1, confirm, msg2);
+    rcp_pubsub_options_init(&po);
+    po.msg_cb = count_messages;
+    po.msg_data = &g;
+    ck_assert_msg(rcp_pubsub_open(cl, &po, &ps, err, sizeof err) == RCP_OK, "%s", err);
+    ck_assert_int_eq(rcp_pubsub_ssubscribe(ps, "{foo}ch", 7), RCP_OK);
+    sim_assert_done(n[0], rcptest_scale(5000));
+    until = rcptest_now_ns() + (uint64_t)rcptest_scale(3000) * 1000000ull;
+    for (;;) {
+        int k;
+        pthread_mutex_lock(&g.mu);
+        k = g.n;
+        pthread_mutex_unlock(&g.mu);
+        if (k >= 2 || rcptest_now_ns() > until)
+            break;
+        rcptest_sleep_ms(5);
+    }
+    ck_assert_int_eq(g.n, 2);
+    ck_assert_str_eq(g.last, "two");
+    ck_assert_uint_eq(sim_count(n[0], "SSUBSCRIBE {foo}ch"), 2);
+    ck_assert_int_ge(sim_conns(n[0]), 2);
+    rcp_pubsub_close(ps);
+    rcp_cluster_close(cl);
+    sim_free_all(n, 2);
+}
+END_TEST
+
 /* A WATCH whose connection the server drops: the transaction is not run
  * (NOT_SENT: watch again), and freeing it returns (its connection, which
  * never reconnects, is closed although its session already ended). */
@@ -203,6 +266,7 @@ int main(void)
     TCase *tc = tcase_create("sharedmap");
     RCPTEST_ADD(tc, blocking_command_moved_patches_map, transaction_moved_patches_map,
                 watch_connection_lost, subscriber_moved_patches_map,
+                subscriber_reconnects_and_resubscribes,
                 watch_moved_patches_map, blocking_command_tryagain_retried);
     return sim_run("sim-sharedmap", tc);
 }
