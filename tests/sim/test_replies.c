@@ -290,6 +290,29 @@ START_TEST(huge_bulk_length)
 }
 END_TEST
 
+/* Loads script (GET a answered by it, then the recovery), opens a
+ * connection with max_reply_bytes 1 MiB, sends GET a and checks that it
+ * failed with RCP_ERR_TOO_LARGE. Returns the connection. */
+static rcp_conn *capped_too_large(sim_node *n, const char *script, sim_fut *a)
+{
+    rcp_conn_options o;
+    rcp_conn *c = NULL;
+    char err[512] = "";
+    sim_loadf(n, "%sexpect-close\n%s", script, after);
+    rcp_conn_options_init(&o);
+    o.port = sim_port(n);
+    o.request_timeout_ms = rcptest_scale(5000);
+    o.reconnect_min_ms = 5;
+    o.reconnect_max_ms = 50;
+    o.max_reply_bytes = (size_t)1 << 20;
+    ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "open: %s", err);
+    send_get(c, a, "a", 0);
+    await(a);
+    ck_assert_msg(a->type == RCP_REPLY_ERROR && a->err == RCP_ERR_TOO_LARGE,
+                  "A: type %d err %d %s", a->type, a->err, a->str);
+    return c;
+}
+
 /* A node that streams a bulk announced as 2^40 bytes, 32 KiB a write, for
  * as long as the client reads: with max_reply_bytes 1 MiB the client
  * stops holding it past the cap (RCP_ERR_TOO_LARGE, the connection
@@ -298,11 +321,10 @@ END_TEST
 START_TEST(streamed_huge_bulk_capped)
 {
     sim_node *n = sim_new(NULL);
-    rcp_conn_options o;
     rcp_conn *c = NULL;
     rcp_conn_stats st;
     sim_fut a;
-    char err[512] = "", chunk[32768 + 32];
+    char chunk[32768 + 32];
     size_t k, len = 0, cap = (size_t)2 << 20, used = 0;
     char *script = malloc(200 + 64 * sizeof chunk);
     ck_assert_ptr_nonnull(n);
@@ -316,19 +338,8 @@ START_TEST(streamed_huge_bulk_capped)
         used += 6 + 32768 + 2;
     }
     script[used] = '\0';
-    sim_loadf(n, "%sexpect-close\n%s", script, after);
+    c = capped_too_large(n, script, &a);
     free(script);
-    rcp_conn_options_init(&o);
-    o.port = sim_port(n);
-    o.request_timeout_ms = rcptest_scale(5000);
-    o.reconnect_min_ms = 5;
-    o.reconnect_max_ms = 50;
-    o.max_reply_bytes = (size_t)1 << 20;
-    ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "open: %s", err);
-    send_get(c, &a, "a", 0);
-    await(&a);
-    ck_assert_msg(a.type == RCP_REPLY_ERROR && a.err == RCP_ERR_TOO_LARGE, "A: type %d err %d %s",
-                  a.type, a.err, a.str);
     ck_assert_msg(strstr(a.str, "max_reply_bytes") != NULL, "%s", a.str);
     ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
     len = st.bytes_in;
@@ -346,10 +357,8 @@ END_TEST
 START_TEST(streamed_huge_array_capped)
 {
     sim_node *n = sim_new(NULL);
-    rcp_conn_options o;
     rcp_conn *c = NULL;
     sim_fut a;
-    char err[512] = "";
     size_t k, used = 0, per = 8192, line = 8 + per * 6;
     char *script = malloc(100 + 8 * line);
     ck_assert_ptr_nonnull(n);
@@ -363,19 +372,8 @@ START_TEST(streamed_huge_array_capped)
         }
         used += (size_t)sprintf(script + used, "\"\n");
     }
-    sim_loadf(n, "%sexpect-close\n%s", script, after);
+    c = capped_too_large(n, script, &a);
     free(script);
-    rcp_conn_options_init(&o);
-    o.port = sim_port(n);
-    o.request_timeout_ms = rcptest_scale(5000);
-    o.reconnect_min_ms = 5;
-    o.reconnect_max_ms = 50;
-    o.max_reply_bytes = (size_t)1 << 20;
-    ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "open: %s", err);
-    send_get(c, &a, "a", 0);
-    await(&a);
-    ck_assert_msg(a.type == RCP_REPLY_ERROR && a.err == RCP_ERR_TOO_LARGE, "A: type %d err %d %s",
-                  a.type, a.err, a.str);
     check_recovers(c, n, 1);
     rcp_conn_close(c);
     sim_fut_destroy(&a);
