@@ -176,18 +176,18 @@ static int check_options(const rcp_cluster_options *o, const rcp_conn_options *n
         BAD("seeds is NULL (want \"host:port[,host:port...]\")");
     if (o->read_policy < RCP_READ_MASTER_ONLY || o->read_policy > RCP_READ_NEAREST)
         BAD("read_policy %d is not an rcp_read_policy (0..%d)", o->read_policy, RCP_READ_NEAREST);
-    if (o->refresh_interval_ms < 1)
-        BAD("refresh_interval_ms %d is out of range (at least 1)", o->refresh_interval_ms);
-    if (o->max_redirects < 0)
-        BAD("max_redirects %d is out of range (at least 0)", o->max_redirects);
-    if (o->max_retries < 0)
-        BAD("max_retries %d is out of range (at least 0)", o->max_retries);
-    if (o->min_refresh_gap_ms < 0)
-        BAD("min_refresh_gap_ms %d is out of range (at least 0)", o->min_refresh_gap_ms);
-    if (o->replica_pick_ms < 0)
-        BAD("replica_pick_ms %d is out of range (at least 0)", o->replica_pick_ms);
-    if (o->blocking_pool < 1 || o->blocking_pool > RCP__POOL_MAX)
-        BAD("blocking_pool %d is out of range (1..%d)", o->blocking_pool, RCP__POOL_MAX);
+    {
+        const rcp__opt_range r[] = {
+            {"refresh_interval_ms", o->refresh_interval_ms, 1, RCP__NO_MAX},
+            {"max_redirects", o->max_redirects, 0, RCP__NO_MAX},
+            {"max_retries", o->max_retries, 0, RCP__NO_MAX},
+            {"min_refresh_gap_ms", o->min_refresh_gap_ms, 0, RCP__NO_MAX},
+            {"replica_pick_ms", o->replica_pick_ms, 0, RCP__NO_MAX},
+            {"blocking_pool", o->blocking_pool, 1, RCP__POOL_MAX},
+        };
+        if (rcp__opt_ranges_check(r, sizeof r / sizeof r[0], why, len) != RCP_OK)
+            return RCP_ERR_INVALID;
+    }
     if (rcp__conn_options_check(node, 0, nwhy, sizeof nwhy) != RCP_OK)
         BAD("node options: %s", nwhy);
     if (node->loop)

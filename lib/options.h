@@ -12,4 +12,16 @@
  * cluster's node options take theirs from the slot map). */
 int rcp__conn_options_check(const rcp_conn_options *o, int with_address, char *why, size_t len);
 
+/* A whole-number option checked against its range: 0, or -1 with why
+ * saying "NAME VALUE is out of range (LO..HI)" ("at least LO" when hi is
+ * RCP__NO_MAX). For every option check of the library. */
+#define RCP__NO_MAX ((unsigned long long)-1)
+typedef struct rcp__opt_range {
+    const char *name;
+    long long value;
+    long long lo;
+    unsigned long long hi;
+} rcp__opt_range;
+int rcp__opt_ranges_check(const rcp__opt_range *r, size_t n, char *why, size_t len);
+
 #endif

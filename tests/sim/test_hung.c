@@ -17,6 +17,17 @@
 #define WAITING 10
 #define LIVE 20
 
+/* Two fake masters, each serving half the slots, and cluster options
+ * seeded with the first (a0 holds the seed's address). */
+static void start_two(sim_node **n, rcp_cluster_options *o, rcp_conn_options *no, char *a0,
+                      size_t a0len)
+{
+    ck_assert_int_eq(sim_start(n, 2), 0);
+    for (int i = 0; i < 2; i++)
+        sim_loadf(n[i], "%son CLUSTER SLOTS => slots 0-8191=$P0 8192-16383=$P1\n", sim_prelude);
+    sim_cluster_options(o, no, sim_addr(n[0], a0, a0len));
+}
+
 START_TEST(hung_node)
 {
     sim_node *n[2];
@@ -140,10 +151,7 @@ START_TEST(queue_full_returned_and_call_deadline)
     char a0[64];
     uint64_t t0, took_ms;
 
-    ck_assert_int_eq(sim_start(n, 2), 0);
-    for (int i = 0; i < 2; i++)
-        sim_loadf(n[i], "%son CLUSTER SLOTS => slots 0-8191=$P0 8192-16383=$P1\n", sim_prelude);
-    sim_cluster_options(&o, &no, sim_addr(n[0], a0, sizeof a0));
+    start_two(n, &o, &no, a0, sizeof a0);
     no.max_inflight = 4;
     no.queue_policy = RCP_QUEUE_FAIL;
     no.request_timeout_ms = rcptest_scale(3000);
@@ -210,10 +218,7 @@ START_TEST(close_is_prompt_with_hung_nodes)
     char a0[64];
     uint64_t t0, took_ms;
 
-    ck_assert_int_eq(sim_start(n, 2), 0);
-    for (int i = 0; i < 2; i++)
-        sim_loadf(n[i], "%son CLUSTER SLOTS => slots 0-8191=$P0 8192-16383=$P1\n", sim_prelude);
-    sim_cluster_options(&o, &no, sim_addr(n[0], a0, sizeof a0));
+    start_two(n, &o, &no, a0, sizeof a0);
     no.request_timeout_ms = rcptest_scale(10000);
     no.connect_timeout_ms = rcptest_scale(3000); /* a refresh waits up to 4 s for an answer */
     cl = sim_open(&o);
