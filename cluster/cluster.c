@@ -190,10 +190,6 @@ static int check_options(const rcp_cluster_options *o, const rcp_conn_options *n
     }
     if (rcp__conn_options_check(node, 0, nwhy, sizeof nwhy) != RCP_OK)
         BAD("node options: %s", nwhy);
-    if (node->loop)
-        BAD("node options: loop is for rcp_conn only; a cluster handle runs on I/O threads of "
-            "its own (its refresher makes sync calls, which an application loop cannot serve "
-            "while it waits)");
     return RCP_OK;
 #undef BAD
 }
@@ -216,10 +212,11 @@ static void cluster_free(struct rcp_cluster *cl)
         rcp__free(n->host);
         rcp__free(n);
     }
-    for (i = 0; cl->loops && i < cl->nloops; i++)
+    for (i = 0; cl->loops && i < cl->nloops && !cl->app_loop; i++)
         if (cl->loops[i])
             rcp__loop_free(cl->loops[i]);
     rcp__free(cl->loops);
+    rcp__loop_free(cl->ctl_loop);
     rcp__map_free(atomic_load(&cl->map));
     for (int k = 0; k < cl->nseeds; k++)
         rcp__free(cl->seeds[k].host);
@@ -297,14 +294,25 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
         cluster_free(cl);
         return rv;
     }
-    cl->nloops = cl->node_opt.io_threads ? cl->node_opt.io_threads : 1;
+    cl->app_loop = cl->node_opt.loop != NULL;
+    cl->nloops = cl->app_loop ? 1 : cl->node_opt.io_threads ? cl->node_opt.io_threads : 1;
     cl->loops = rcp__calloc(cl->nloops, sizeof(*cl->loops));
     atomic_store(&cl->map, rcp__map_new());
     if (!cl->loops || !atomic_load(&cl->map)) {
         cluster_free(cl);
         return RCP_ERR_OOM;
     }
-    for (i = 0; i < cl->nloops; i++) {
+    if (cl->app_loop) {
+        /* Node connections on the application's loop; the refresher's on
+         * one I/O thread of ours (RCP__AS_CONTROL). */
+        cl->loops[0] = rcp__loop_of(cl->node_opt.loop);
+        cl->ctl_loop = rcp__loop_new();
+        if (!cl->ctl_loop) {
+            cluster_free(cl);
+            return RCP_ERR_OOM;
+        }
+    }
+    for (i = 0; i < cl->nloops && !cl->app_loop; i++) {
         cl->loops[i] = rcp__loop_new();
         if (!cl->loops[i]) {
             cluster_free(cl);
@@ -341,6 +349,15 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
     cl->worker_started = 1;
     *out = cl;
     return RCP_OK;
+}
+
+void rcp__cluster_join(struct rcp_cluster *cl, pthread_t th, atomic_int *done)
+{
+    /* rcp__loop_pass_here does a pass only on the application loop's own
+     * thread, outside its callbacks; elsewhere that loop runs by itself. */
+    while (cl->app_loop && !atomic_load(done) && rcp__loop_pass_here(cl->loops[0]))
+        usleep(1000);
+    pthread_join(th, NULL);
 }
 
 void rcp_cluster_close(rcp_cluster *cl)

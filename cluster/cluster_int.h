@@ -46,7 +46,12 @@ enum {
                         * thread hand-offs at low concurrency; when the loop drives
                         * batches, callers join them and batching is unchanged) */
     RCP__SPARES = 3,
-    RCP__ROLES = RCP__AS_SPARE + RCP__SPARES
+    /* On an application loop only: the refresher's own connection to the
+     * node (CLUSTER SLOTS, PING), on the handle's control loop, so that a
+     * refresh never waits for the application's loop to run (and the
+     * bootstrap in rcp_cluster_open works before it runs). */
+    RCP__AS_CONTROL = RCP__AS_SPARE + RCP__SPARES,
+    RCP__ROLES = RCP__AS_CONTROL + 1
 };
 
 /* A node of the cluster, by address. Nodes live until the handle closes
@@ -170,9 +175,12 @@ struct rcp_cluster {
     char *node_user, *node_pass, *node_name;
     rcp__seed seeds[RCP__MAX_SEEDS];
     int nseeds;
-    rcp__loop **loops;
+    rcp__loop **loops;  /* where node connections run: our I/O threads, or the
+                         * application's loop (node option `loop`; then one, not ours) */
     unsigned nloops;
     atomic_uint next_loop;
+    int app_loop;       /* loops[0] is the application's */
+    rcp__loop *ctl_loop; /* app_loop only: one I/O thread of ours for RCP__AS_CONTROL */
 
     /* The current slot map. Read under urcu_bp_read_lock, freed after a
      * grace period (urcu_bp_synchronize_rcu). Published and read with C11
@@ -188,6 +196,7 @@ struct rcp_cluster {
     /* The refresher (refresh.c). */
     pthread_t worker;
     int worker_started;
+    atomic_int worker_done; /* the refresher returned (close waits for it, see rcp__cluster_join) */
     pthread_mutex_t wmu;
     pthread_cond_t wcv;
     int stop;
@@ -255,6 +264,18 @@ struct rcp_conn *rcp__cluster_pin(rcp__node *n, int role);
 /* Either of the node's connections (the plain one first), for commands
  * that any role answers the same: CLUSTER SLOTS, PING. */
 struct rcp_conn *rcp__node_pin_any(rcp__node *n);
+/* The refresher's connection to the node: on our own I/O threads, as
+ * rcp__node_pin_any; on an application loop, the node's RCP__AS_CONTROL
+ * connection (made on first use). NULL if there is none. */
+struct rcp_conn *rcp__node_pin_control(struct rcp_cluster *cl, rcp__node *n);
+/* The role a seed's first connection takes (RCP__AS_CONTROL on an
+ * application loop, else RCP__AS_MASTER). */
+int rcp__seed_role(const struct rcp_cluster *cl);
+/* pthread_join(th) for a thread of the handle that may be closing
+ * connections on the application's loop: while *done is 0 and the caller
+ * is the thread of that loop (which is not running while we wait), the
+ * loop's passes are run here. */
+void rcp__cluster_join(struct rcp_cluster *cl, pthread_t th, atomic_int *done);
 void rcp__cluster_unpin(struct rcp_conn *conn);
 /* The nodes of the current map (masters only, or all), up to max, each
  * once; is_master[i] says its role there. Node records live until the

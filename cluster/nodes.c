@@ -15,10 +15,10 @@
 #include "alloc.h"
 #include "cluster_int.h"
 
-/* Any of the handle's loops, in turn. reg_mu held or not: only the loop
- * counter is shared. */
-static int nodes_dedicated(struct rcp_cluster *cl, const char *host, int port, unsigned flags,
-                           int io_timeout_off, struct rcp_conn **out)
+/* Any of the handle's loops, in turn (the control loop for `control`).
+ * reg_mu held or not: only the loop counter is shared. */
+static int nodes_conn_new(struct rcp_cluster *cl, const char *host, int port, unsigned flags,
+                          int io_timeout_off, int control, struct rcp_conn **out)
 {
     rcp_conn_options o = cl->node_opt;
     unsigned i = atomic_fetch_add(&cl->next_loop, 1) % cl->nloops;
@@ -26,7 +26,13 @@ static int nodes_dedicated(struct rcp_cluster *cl, const char *host, int port, u
     o.port = port;
     if (io_timeout_off)
         o.io_timeout_ms = 0;
-    return rcp__conn_create(cl->loops[i], &o, flags, out);
+    return rcp__conn_create(control && cl->ctl_loop ? cl->ctl_loop : cl->loops[i], &o, flags, out);
+}
+
+static int nodes_dedicated(struct rcp_cluster *cl, const char *host, int port, unsigned flags,
+                           int io_timeout_off, struct rcp_conn **out)
+{
+    return nodes_conn_new(cl, host, port, flags, io_timeout_off, 0, out);
 }
 
 /* reg_mu held. Opens the node's connection for `role`: only the replica
@@ -34,8 +40,8 @@ static int nodes_dedicated(struct rcp_cluster *cl, const char *host, int port, u
 static int node_connect(struct rcp_cluster *cl, rcp__node *n, int role)
 {
     struct rcp_conn *conn;
-    if (nodes_dedicated(cl, n->host, n->port, role == RCP__AS_REPLICA ? RCP__CONN_READONLY : 0, 0,
-                        &conn) != RCP_OK)
+    if (nodes_conn_new(cl, n->host, n->port, role == RCP__AS_REPLICA ? RCP__CONN_READONLY : 0, 0,
+                       role == RCP__AS_CONTROL, &conn) != RCP_OK)
         return -1;
     atomic_store(&n->conn[role], conn);
     return 0;
@@ -117,6 +123,22 @@ struct rcp_conn *rcp__node_pin_any(rcp__node *n)
         conn = rcp__node_pin_locked(n, RCP__AS_REPLICA);
     urcu_bp_read_unlock();
     return conn;
+}
+
+struct rcp_conn *rcp__node_pin_control(struct rcp_cluster *cl, rcp__node *n)
+{
+    if (!cl->ctl_loop)
+        return rcp__node_pin_any(n);
+    pthread_mutex_lock(&cl->reg_mu);
+    if (!atomic_load(&n->conn[RCP__AS_CONTROL]) && !atomic_load(&cl->closing))
+        node_connect(cl, n, RCP__AS_CONTROL);
+    pthread_mutex_unlock(&cl->reg_mu);
+    return rcp__cluster_pin(n, RCP__AS_CONTROL);
+}
+
+int rcp__seed_role(const struct rcp_cluster *cl)
+{
+    return cl->ctl_loop ? RCP__AS_CONTROL : RCP__AS_MASTER;
 }
 
 void rcp__cluster_unpin(struct rcp_conn *conn)

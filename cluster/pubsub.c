@@ -92,6 +92,7 @@ static void *ps_main(void *arg)
         rcp__ps_conn_close(ps, k);
         rcp__free(k);
     }
+    atomic_store(&ps->done, 1);
     return NULL;
 }
 
@@ -201,7 +202,7 @@ void rcp_pubsub_close(rcp_pubsub *ps)
     if (write(ps->efd, &one, sizeof one) < 0) {
         /* the thread polls every few tens of ms anyway */
     }
-    pthread_join(ps->th, NULL);
+    rcp__cluster_join(ps->cl, ps->th, &ps->done); /* it closes connections on the handle's loop */
     /* Requests queued after the thread's last look. */
     while (ps->qhead) {
         req *r = ps->qhead;

@@ -113,6 +113,7 @@ struct rcp_pubsub {
     int inside;            /* callers in call(), under mu */
     int efd;
     pthread_t th;
+    atomic_int done;       /* the thread returned */
 
     /* the thread's own */
     chan *chans;

@@ -59,7 +59,7 @@ static int ask_slots(struct rcp_cluster *cl, rcp__node *n, rcp__slots_table **ou
     struct rcp_conn *conn;
     rcp_reply *r;
     int rv;
-    conn = rcp__node_pin_any(n);
+    conn = rcp__node_pin_control(cl, n);
     if (!conn) {
         snprintf(why, whylen, "no connection");
         return -1;
@@ -128,7 +128,7 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
     nmasters = old ? (old->nshards < 128 ? old->nshards : 128) : 0;
     r0 = nmasters ? (size_t)rcp__rnd() % nmasters : 0;
     for (i = 0; i < (size_t)cl->nseeds && nc < 256; i++) {
-        rcp__node *s = rcp__node_get(cl, cl->seeds[i].host, cl->seeds[i].port, RCP__AS_MASTER);
+        rcp__node *s = rcp__node_get(cl, cl->seeds[i].host, cl->seeds[i].port, rcp__seed_role(cl));
         size_t j;
         for (j = 0; s && j < nc; j++)
             if (cands[j] == s)
@@ -216,7 +216,9 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
 
 /* Worker thread: PING every node in the map and smooth the round trip
  * (1/4 new, 3/4 old), for RCP_READ_NEAREST. A PING shares the node's
- * pipeline, so it measures what a request would see. */
+ * pipeline, so it measures what a request would see; on an application
+ * loop it goes on the refresher's own connection instead (the network's
+ * round trip, without the application loop's delays). */
 void rcp__refresh_rtt(struct rcp_cluster *cl)
 {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
@@ -231,7 +233,7 @@ void rcp__refresh_rtt(struct rcp_cluster *cl)
         struct rcp_conn *conn;
         rcp_reply *r;
         uint64_t t0, rtt, old;
-        conn = rcp__node_pin_any(list[i]);
+        conn = rcp__node_pin_control(cl, list[i]);
         if (!conn)
             continue;
         t0 = rcp__now_ns();
@@ -329,6 +331,7 @@ void *rcp__refresher_main(void *arg)
         pthread_mutex_lock(&cl->wmu);
     }
     pthread_mutex_unlock(&cl->wmu);
+    atomic_store(&cl->worker_done, 1);
     return NULL;
 }
 
@@ -345,7 +348,7 @@ void rcp__refresher_stop(struct rcp_cluster *cl)
     rcp__later *l;
     rcp__refresher_wake(cl);
     if (cl->worker_started)
-        pthread_join(cl->worker, NULL);
+        rcp__cluster_join(cl, cl->worker, &cl->worker_done);
     cl->worker_started = 0;
     /* Queued retries: resolved now, and no more are taken. */
     pthread_mutex_lock(&cl->wmu);

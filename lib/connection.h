@@ -53,6 +53,15 @@ void rcp__loop_free(rcp__loop *l);
 /* 1 if the calling thread runs a loop's callbacks (any loop): a resolve
  * callback, an event callback. Use it to refuse blocking work there. */
 int rcp__loop_on_thread(void);
+/* The loop behind an application's rcp_loop (rcpipe/adapter.h), to create
+ * connections on; it stays the application's (never rcp__loop_free it). */
+struct rcp_loop;
+rcp__loop *rcp__loop_of(struct rcp_loop *l);
+/* On the thread that runs application loop l, outside its callbacks (the
+ * loop is not running while this thread waits): one pass of it now
+ * (requests from other threads, due timers, closes), returning 1. 0 on any
+ * other thread and for our own I/O threads, which run by themselves. */
+int rcp__loop_pass_here(rcp__loop *l);
 
 /* ---- creating ---------------------------------------------------------- */
 

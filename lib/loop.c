@@ -130,3 +130,8 @@ uint64_t rcp__loop_run_timers(rcp__loop *l)
     pthread_mutex_unlock(&l->mu);
     return next;
 }
+
+int rcp__loop_pass_here(rcp__loop *l)
+{
+    return rcp__loop_run_pending(l);
+}

@@ -25,6 +25,11 @@
  *     thread: once the loop has called into rcpipe on a thread they are
  *     refused there with RCP_ERR_INVALID (they would wait for the loop they
  *     block). Other threads may use them as usual.
+ *   - A cluster handle with node options on a loop (rcp_cluster_options.node
+ *     ->loop) follows the same rules for rcp_cluster_close and
+ *     rcp_pubsub_close, and may be opened on the loop's thread before the
+ *     loop runs: its refresher keeps one I/O thread of its own for
+ *     CLUSTER SLOTS, so the bootstrap and refreshes never wait for it.
  *   - Timer precision is the loop's: libuv's timers are in milliseconds, so
  *     a batch_delay_us pause under libuv lasts at least a millisecond. */
 #ifndef RCPIPE_ADAPTER_H

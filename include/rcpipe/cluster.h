@@ -43,7 +43,9 @@ typedef struct rcp_cluster_options {
     int blocking_pool;          /* dedicated connections per node for blocking commands
                                  * (BLPOP, XREAD BLOCK, WAIT...); default 4, at most 64 */
     const rcp_conn_options *node; /* per-node connection options (host/port and event_cb
-                                   * ignored); NULL: defaults */
+                                   * ignored); NULL: defaults. With node->loop, every
+                                   * connection that carries requests runs on that
+                                   * application loop (rcpipe/adapter.h; docs/api.md) */
     rcp_event_fn event_cb;      /* map updates and every node's connection events; NULL: none */
     void *event_data;
 } rcp_cluster_options;

@@ -15,9 +15,11 @@
 
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <event2/event.h>
+
+#include "rcpipe/libevent.h"
 
 #define MAX_CLUSTERS 4
 #define MAX_ARGS 48
@@ -889,11 +895,68 @@ void rcpc_options(rcp_cluster_options *o, rcp_conn_options *node, const char *se
     }
 }
 
+/* RCPTEST_DRIVER=libevent: every handle the harness opens runs its node
+ * connections on one libevent event_base, run by a thread of the test
+ * program for as long as it lives (the shape of an application with its
+ * own loop thread: callbacks fire there, the test's threads send). */
+static struct event_base *drv_base;
+static rcp_loop *drv_loop;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+static pthread_t drv_thread;
+static atomic_int drv_running;
+
+static void *drv_main(void *arg)
+{
+    (void)arg;
+    drv_thread = pthread_self();
+    atomic_store(&drv_running, 1);
+    event_base_loop(drv_base, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+static void drv_start(void)
+{
+    pthread_t th;
+    drv_base = event_base_new();
+    ck_assert_msg(drv_base != NULL, "event_base_new failed");
+    drv_loop = rcp_libevent_loop(drv_base);
+    ck_assert_msg(drv_loop != NULL, "rcp_libevent_loop failed");
+    ck_assert_int_eq(pthread_create(&th, NULL, drv_main, NULL), 0);
+    pthread_detach(th);
+}
+
+int rcpc_on_driver_thread(void)
+{
+    return atomic_load(&drv_running) && pthread_equal(pthread_self(), drv_thread);
+}
+
+const char *rcpc_driver(void)
+{
+    const char *d = getenv("RCPTEST_DRIVER");
+    return d && d[0] ? d : "threads";
+}
+
 rcp_cluster *rcpc_open(const rcp_cluster_options *o)
 {
     rcp_cluster *h = NULL;
     char err[2048] = "";
-    int rc = rcp_cluster_open(o, &h, err, sizeof err);
+    rcp_cluster_options oo = *o;
+    rcp_conn_options node;
+    int rc;
+
+    if (strcmp(rcpc_driver(), "libevent") == 0) {
+        pthread_once(&drv_once, drv_start);
+        if (o->node)
+            node = *o->node;
+        else
+            rcp_conn_options_init(&node);
+        node.loop = drv_loop;
+        oo.node = &node;
+    } else {
+        ck_assert_msg(strcmp(rcpc_driver(), "threads") == 0,
+                      "RCPTEST_DRIVER=%s: want threads or libevent", rcpc_driver());
+    }
+    rc = rcp_cluster_open(&oo, &h, err, sizeof err);
 
     ck_assert_msg(rc == RCP_OK && h != NULL, "rcp_cluster_open(%s): %s (%s)", o->seeds,
                   rcp_strerror(rc), err);

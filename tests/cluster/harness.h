@@ -167,6 +167,11 @@ const char *rcpc_slot_tag(unsigned slot);
 void rcpc_options(rcp_cluster_options *o, rcp_conn_options *node, const char *seed);
 /* Opens or fails the test with the error text. */
 rcp_cluster *rcpc_open(const rcp_cluster_options *o);
+/* The loop driver rcpc_open puts node connections on: "threads" (the
+ * library's own I/O threads, the default) or "libevent" (RCPTEST_DRIVER). */
+const char *rcpc_driver(void);
+/* 1 on the thread that runs the libevent driver's loop. */
+int rcpc_on_driver_thread(void);
 /* rcpc_wait_ok, rcpc_options and rcpc_open: a handle with the defaults. */
 rcp_cluster *rcpc_open_default(const rcpc_cluster *c);
 /* The same with no periodic refresh (10 min): its map stays stale until a

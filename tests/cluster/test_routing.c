@@ -6,7 +6,8 @@
  * is refused with RCP_ERR_CROSS_SLOT (sync: error reply; async: the send
  * returns the code and never calls back); keyless commands work;
  * rcp_keyslot agrees with CLUSTER KEYSLOT on thousands of binary keys;
- * bootstrap errors name every seed. Only the public API is used. */
+ * bootstrap errors name every seed; a handle opened, used and closed on
+ * one thread that runs a libevent loop. Only the public API is used. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,8 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "harness.h"
 #include "rcpipe.h"
+#include "rcpipe/libevent.h"
 
 static rcpc_cluster cl;
 static rcp_cluster *h;
@@ -134,11 +138,13 @@ struct acall {
     rcp_future f;
     atomic_int calls;
     rcp_reply *r;
+    int on_driver; /* resolved on the application loop's thread */
 };
 
 static void on_resolve(rcp_future *f, rcp_reply *reply)
 {
     struct acall *a = f->data;
+    a->on_driver = rcpc_on_driver_thread();
     a->r = rcp_reply_keep(reply);
     atomic_fetch_add(&a->calls, 1);
 }
@@ -217,6 +223,9 @@ START_TEST(test_keyless)
     ck_assert_int_eq(atomic_load(&a.calls), 1);
     ck_assert_msg(rcpc_is_status(a.r, "PONG"), "async PING: %s",
                   rcptest_describe(a.r, d, sizeof d));
+    /* On the application's loop, callbacks fire on its thread (and with
+     * our own I/O threads, never there). */
+    ck_assert_int_eq(a.on_driver, strcmp(rcpc_driver(), "libevent") == 0);
     rcp_reply_free(a.r);
 }
 END_TEST
@@ -392,6 +401,90 @@ START_TEST(test_bootstrap)
 }
 END_TEST
 
+/* The single-threaded application: one thread opens a handle on its own
+ * libevent loop (before the loop runs: the bootstrap does not need it),
+ * sends, runs the loop until every callback has fired there, and closes
+ * the handle after the loop returned (close runs the loop's pending work
+ * itself). A sync call on that thread is refused instead of waiting for
+ * the loop it would block. */
+#define APP_N 200
+struct app {
+    struct event_base *base;
+    pthread_t self;
+    atomic_int done, wrong, elsewhere;
+};
+struct app_call {
+    rcp_future f;
+    struct app *app;
+    char val[32];
+    int get;
+};
+
+static void app_on_reply(rcp_future *f, rcp_reply *r)
+{
+    struct app_call *c = f->data;
+    struct app *a = c->app;
+    if (!pthread_equal(pthread_self(), a->self))
+        atomic_fetch_add(&a->elsewhere, 1);
+    if (c->get ? !rcpc_is_string(r, c->val) : !rcpc_is_status(r, "OK"))
+        atomic_fetch_add(&a->wrong, 1);
+    if (atomic_fetch_add(&a->done, 1) + 1 == 2 * APP_N)
+        event_base_loopbreak(a->base);
+}
+
+START_TEST(test_app_loop_one_thread)
+{
+    static struct app_call calls[2 * APP_N];
+    rcp_cluster_options o;
+    rcp_conn_options node;
+    rcp_cluster *c2 = NULL;
+    struct app a;
+    rcp_loop *loop;
+    rcp_reply *r;
+    struct timeval limit = {rcptest_scale(20), 0};
+    char err[2048] = "", d[256];
+    int i;
+
+    memset(&a, 0, sizeof a);
+    a.self = pthread_self();
+    a.base = event_base_new();
+    ck_assert(a.base != NULL);
+    loop = rcp_libevent_loop(a.base);
+    ck_assert(loop != NULL);
+    rcpc_options(&o, &node, cl.seed);
+    node.loop = loop;
+    ck_assert_msg(rcp_cluster_open(&o, &c2, err, sizeof err) == RCP_OK, "open: %s", err);
+    for (i = 0; i < APP_N; i++) {
+        struct app_call *s = &calls[2 * i], *g = &calls[2 * i + 1];
+        char key[32];
+        snprintf(key, sizeof key, "app:%d", i);
+        snprintf(s->val, sizeof s->val, "v%d", i);
+        snprintf(g->val, sizeof g->val, "v%d", i);
+        s->app = g->app = &a;
+        g->get = 1;
+        s->f.resolve = g->f.resolve = app_on_reply;
+        s->f.data = s;
+        g->f.data = g;
+        ck_assert_int_eq(rcp_cluster_send(c2, &s->f, "SET %s %s", key, s->val), RCP_OK);
+        ck_assert_int_eq(rcp_cluster_send(c2, &g->f, "GET %s", key), RCP_OK);
+    }
+    /* A bounded run: the loop stops when the last reply came, or at the
+     * limit (then the counts below say what is missing). */
+    event_base_loopexit(a.base, &limit);
+    event_base_dispatch(a.base);
+    ck_assert_int_eq(atomic_load(&a.done), 2 * APP_N);
+    ck_assert_int_eq(atomic_load(&a.wrong), 0);
+    ck_assert_int_eq(atomic_load(&a.elsewhere), 0);
+    r = rcp_cluster_command(c2, "GET %s", "app:0");
+    ck_assert_msg(r != NULL && r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_INVALID,
+                  "sync call on the loop's thread: %s", rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    rcp_cluster_close(c2);
+    rcp_loop_free(loop);
+    event_base_free(a.base);
+}
+END_TEST
+
 /* Many threads, many keys, async and sync mixed: every reply is the right
  * one. */
 #define NTHREADS 8
@@ -438,7 +531,7 @@ static void add_tests(TCase *tc)
     tcase_add_checked_fixture(tc, setup, teardown);
     RCPTEST_ADD(tc, test_set_get_all_slots, test_same_slot_multikey, test_cross_slot, test_keyless,
                 test_keyslot_matches_server, test_binary, test_stats_nodes, test_bootstrap,
-                test_threads);
+                test_app_loop_one_thread, test_threads);
 }
 
 int main(void)
