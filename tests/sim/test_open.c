@@ -56,9 +56,6 @@ START_TEST(out_of_range_options_refused)
     refuse(&o, RCP_ERR_INVALID, "read_policy", NULL);
     sim_cluster_options(&o, &no, NULL);
     refuse(&o, RCP_ERR_INVALID, "seeds", NULL);
-    sim_cluster_options(&o, &no, "127.0.0.1:1");
-    no.loop = (struct rcp_loop *)&no; /* any non-NULL loop */
-    refuse(&o, RCP_ERR_INVALID, "loop", NULL);
     /* The single-node handle: the same check, with host and port. */
     {
         rcp_conn_options co;
