@@ -2,6 +2,7 @@
  * through our own object functions, so a GET's reply is one allocation
  * (header and bytes together) instead of hiredis's two; the same functions
  * are the place where a streaming sink can later divert large bulk values. */
+#include <limits.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -332,6 +333,71 @@ void rcp__reply_rekeep(rcp_reply *r)
 int rcp_reply_is_error(const rcp_reply *r)
 {
     return r && r->type == RCP_REPLY_ERROR;
+}
+
+int rcp_reply_is_nil(const rcp_reply *r)
+{
+    return r && r->type == RCP_REPLY_NIL;
+}
+
+/* Redis's own rule for an integer argument (string2ll): "0", or an
+ * optional '-' then a non-zero digit and more digits, nothing else. */
+static int text_to_ll(const char *s, size_t len, long long *out)
+{
+    unsigned long long v = 0, limit;
+    size_t i = 0;
+    int neg = 0;
+    if (len == 1 && s[0] == '0') {
+        *out = 0;
+        return 0;
+    }
+    if (len > 0 && s[0] == '-') {
+        neg = 1;
+        i = 1;
+    }
+    if (i >= len || s[i] < '1' || s[i] > '9')
+        return -1;
+    limit = neg ? (unsigned long long)LLONG_MAX + 1 : (unsigned long long)LLONG_MAX;
+    for (; i < len; i++) {
+        unsigned d;
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        d = (unsigned)(s[i] - '0');
+        if (v > (limit - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = neg ? (v == (unsigned long long)LLONG_MAX + 1 ? LLONG_MIN : -(long long)v)
+               : (long long)v;
+    return 0;
+}
+
+int rcp_reply_int(const rcp_reply *r, long long *out)
+{
+    if (!r || !out)
+        return RCP_ERR_INVALID;
+    switch (r->type) {
+    case RCP_REPLY_INTEGER:
+        *out = r->integer;
+        return RCP_OK;
+    case RCP_REPLY_STRING:
+    case RCP_REPLY_STATUS:
+        return text_to_ll(r->str, r->len, out) == 0 ? RCP_OK : RCP_ERR_TYPE;
+    case RCP_REPLY_ERROR:
+        return r->err != RCP_OK ? r->err : RCP_ERR_SERVER;
+    default:
+        return RCP_ERR_TYPE;
+    }
+}
+
+const char *rcp_reply_str(const rcp_reply *r, size_t *len)
+{
+    int text = r && r->str &&
+               (r->type == RCP_REPLY_STRING || r->type == RCP_REPLY_STATUS ||
+                r->type == RCP_REPLY_ERROR);
+    if (len)
+        *len = text ? r->len : 0;
+    return text ? r->str : "";
 }
 
 void rcp__reply_error_init(rcp_reply *r, int code, const char *msg)

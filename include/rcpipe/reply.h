@@ -55,6 +55,25 @@ RCP_API rcp_reply *rcp_reply_dup(const rcp_reply *r);
 /* 1 if the reply is an error reply (server or client), else 0. */
 RCP_API int rcp_reply_is_error(const rcp_reply *r);
 
+/* 1 if the reply is nil (a null bulk string or null array: GET of a
+ * missing key, a watched EXEC that did not run), else 0 (NULL too). */
+RCP_API int rcp_reply_is_nil(const rcp_reply *r);
+
+/* The integer a reply holds: an RCP_REPLY_INTEGER's, or that of a STRING or
+ * STATUS whose whole text is a base-10 integer within long long (what
+ * INCR accepts: an optional '-', digits, no spaces, no '+', no leading
+ * zero), as a counter read with GET is. Returns RCP_OK and sets *out; an
+ * error reply's own code (its err: RCP_ERR_SERVER, or the client error,
+ * say RCP_ERR_TIMEOUT); RCP_ERR_TYPE for anything else (nil, an array,
+ * other text); RCP_ERR_INVALID if r or out is NULL. *out is set only on
+ * RCP_OK. */
+RCP_API int rcp_reply_int(const rcp_reply *r, long long *out);
+
+/* The text of a STRING, STATUS or ERROR reply (binary-safe: *len bytes,
+ * NUL-terminated too); for anything else (nil, integer, array, NULL) ""
+ * with *len 0. Never NULL. len may be NULL. Valid as long as the reply. */
+RCP_API const char *rcp_reply_str(const rcp_reply *r, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* Unit tests: reply objects built by the hiredis reader with our object
  * functions, ownership (keep/dup/free) and client-error replies. */
 #include <check.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,12 +279,80 @@ START_TEST(huge_array_header_costs_what_arrives)
 }
 END_TEST
 
+/* The typed getters, on every kind of reply the reader makes and on a
+ * client error. */
+START_TEST(typed_getters)
+{
+    static const struct {
+        const char *resp;
+        int rc;           /* of rcp_reply_int */
+        long long v;      /* when rc is RCP_OK */
+        const char *text; /* rcp_reply_str */
+        int nil;
+    } cases[] = {
+        {":42\r\n", RCP_OK, 42, "", 0},
+        {":-9223372036854775808\r\n", RCP_OK, LLONG_MIN, "", 0},
+        {"$2\r\n17\r\n", RCP_OK, 17, "17", 0},
+        {"$1\r\n0\r\n", RCP_OK, 0, "0", 0},
+        {"$2\r\n-5\r\n", RCP_OK, -5, "-5", 0},
+        {"$19\r\n9223372036854775807\r\n", RCP_OK, LLONG_MAX, "9223372036854775807", 0},
+        {"$20\r\n-9223372036854775808\r\n", RCP_OK, LLONG_MIN, "-9223372036854775808", 0},
+        {"$19\r\n9223372036854775808\r\n", RCP_ERR_TYPE, 0, "9223372036854775808", 0},
+        {"$2\r\n07\r\n", RCP_ERR_TYPE, 0, "07", 0},
+        {"$2\r\n+7\r\n", RCP_ERR_TYPE, 0, "+7", 0},
+        {"$2\r\n 7\r\n", RCP_ERR_TYPE, 0, " 7", 0},
+        {"$1\r\n-\r\n", RCP_ERR_TYPE, 0, "-", 0},
+        {"$0\r\n\r\n", RCP_ERR_TYPE, 0, "", 0},
+        {"$3\r\n1.5\r\n", RCP_ERR_TYPE, 0, "1.5", 0},
+        {"+12\r\n", RCP_OK, 12, "12", 0},
+        {"+OK\r\n", RCP_ERR_TYPE, 0, "OK", 0},
+        {"$-1\r\n", RCP_ERR_TYPE, 0, "", 1},
+        {"*-1\r\n", RCP_ERR_TYPE, 0, "", 1},
+        {"*1\r\n:1\r\n", RCP_ERR_TYPE, 0, "", 0},
+        {"-ERR no\r\n", RCP_ERR_SERVER, 0, "ERR no", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int st;
+        long long v = 12345;
+        size_t len = 999;
+        rcp_reply *r = parse(cases[i].resp, strlen(cases[i].resp), &st);
+        ck_assert_int_eq(st, REDIS_OK);
+        ck_assert_msg(rcp_reply_int(r, &v) == cases[i].rc, "%s: rcp_reply_int gave %s",
+                      cases[i].resp, rcp_err_name(rcp_reply_int(r, &v)));
+        ck_assert_msg(v == (cases[i].rc == RCP_OK ? cases[i].v : 12345), "%s: %lld", cases[i].resp,
+                      v);
+        ck_assert_str_eq(rcp_reply_str(r, &len), cases[i].text);
+        ck_assert_uint_eq(len, strlen(cases[i].text));
+        ck_assert_int_eq(rcp_reply_is_nil(r), cases[i].nil);
+        rcp_reply_free(r);
+    }
+    {
+        /* A client error: its own code; and NULLs. */
+        rcp_reply *e = rcp__reply_error_new(RCP_ERR_TIMEOUT, "timed out here");
+        long long v;
+        size_t len;
+        int st_unused;
+        ck_assert_int_eq(rcp_reply_int(e, &v), RCP_ERR_TIMEOUT);
+        ck_assert_str_eq(rcp_reply_str(e, NULL), "timed out here");
+        rcp_reply_free(e);
+        ck_assert_int_eq(rcp_reply_int(NULL, &v), RCP_ERR_INVALID);
+        ck_assert_int_eq(rcp_reply_int(e = parse(":1\r\n", 4, &st_unused), NULL),
+                         RCP_ERR_INVALID);
+        rcp_reply_free(e);
+        ck_assert_str_eq(rcp_reply_str(NULL, &len), "");
+        ck_assert_uint_eq(len, 0);
+        ck_assert_int_eq(rcp_reply_is_nil(NULL), 0);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("reply");
     TCase *tc = rcptest_tcase(s, "core", 0);
 
     RCPTEST_ADD(tc, scalars, nested_arrays_and_dup, protocol_errors, partial_feed, keep_and_release,
-                allocator_hook_and_oom, small_replies_recycled, huge_array_header_costs_what_arrives);
+                allocator_hook_and_oom, small_replies_recycled, huge_array_header_costs_what_arrives,
+                typed_getters);
     return rcptest_run(s) ? 1 : 0;
 }
