@@ -6,6 +6,7 @@
  * request; a batch is not atomic (use a transaction for that). */
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -19,6 +20,7 @@
 struct rcp_batch {
     rcp_cluster *cl;
     rcp__cmdlist cmds;
+    char why[400]; /* the last refusal (rcp_batch_error), "" after a success */
 };
 
 rcp_batch *rcp_batch_new(rcp_cluster *cl)
@@ -42,11 +44,51 @@ size_t rcp_batch_count(const rcp_batch *b)
     return b ? b->cmds.n : 0;
 }
 
+const char *rcp_batch_error(const rcp_batch *b)
+{
+    return b ? b->why : "rcp_batch_error: the batch is NULL";
+}
+
+/* Records why command number `pos` (from 1) was refused: "command 3
+ * (SINTER): CROSSSLOT: ...". Returns code. */
+static int batch_refuse(rcp_batch *b, size_t pos, const char *name, size_t namelen, int code,
+                        const char *why)
+{
+    snprintf(b->why, sizeof b->why, "command %zu (%.*s): %s", pos, (int)(namelen < 40 ? namelen : 40),
+             name, why ? why : rcp_strerror(code));
+    return code;
+}
+
+/* Refused when added, with its position, what the batch could never send:
+ * keys across slots in a command that is not split by slot, a blocking
+ * command, a connection-state command, bad arguments. */
 static int batch_take(void *data, int argc, const char **argv, const size_t *argvlen)
 {
     rcp_batch *b = data;
-    return rcp__cmdlist_add(&b->cmds, rcp__cluster_node_options(b->cl)->max_request_bytes, argc,
-                            argv, argvlen);
+    rcp__req rq;
+    const char *why;
+    int code, kind, rv;
+    size_t pos = b->cmds.n + 1;
+    if (argc < 1 || !argv || !argv[0]) {
+        snprintf(b->why, sizeof b->why, "command %zu: no command (argc %d)", pos, argc);
+        return RCP_ERR_INVALID;
+    }
+    memset(&rq, 0, sizeof rq);
+    rq.policy = -1;
+    kind = rcp__classify(b->cl, argc, argv, argvlen, &rq, &code, &why);
+    if (kind == RCP__ROUTE_BLOCKING) {
+        code = RCP_ERR_BLOCKING_COMMAND;
+        why = "a blocking command cannot be part of a batch (send it alone: it gets a "
+              "connection of its own)";
+    }
+    if (kind == RCP__ROUTE_REFUSED || kind == RCP__ROUTE_BLOCKING)
+        return batch_refuse(b, pos, argv[0], argvlen ? argvlen[0] : strlen(argv[0]), code, why);
+    rv = rcp__cmdlist_add(&b->cmds, rcp__cluster_node_options(b->cl)->max_request_bytes, argc,
+                          argv, argvlen);
+    if (rv != RCP_OK)
+        return batch_refuse(b, pos, argv[0], argvlen ? argvlen[0] : strlen(argv[0]), rv, NULL);
+    b->why[0] = '\0';
+    return RCP_OK;
 }
 
 int rcp_batch_add_argv(rcp_batch *b, int argc, const char **argv, const size_t *argvlen)
@@ -105,10 +147,16 @@ int rcp_batch_send(rcp_batch *b, rcp_future *f)
     size_t i, bad;
     int rv;
 
-    if (!b || !f || !f->resolve)
+    if (!b || !f || !f->resolve) {
+        if (b)
+            snprintf(b->why, sizeof b->why, "rcp_batch_send: the future %s",
+                     !f ? "is NULL" : "has no resolve function");
         return RCP_ERR_INVALID;
-    if (b->cmds.n == 0)
+    }
+    if (b->cmds.n == 0) {
+        snprintf(b->why, sizeof b->why, "the batch is empty (add commands first)");
         return RCP_ERR_INVALID;
+    }
     fl = rcp__calloc(1, sizeof(*fl) + b->cmds.n * sizeof(cmd_slot));
     fs = rcp__malloc(b->cmds.n * sizeof(*fs));
     if (fl)
@@ -147,7 +195,13 @@ rcp_reply *rcp_batch_exec(rcp_batch *b)
 {
     rcp__waiter w;
     rcp_reply *r = rcp__waiter_start(&w);
-    return r ? r : rcp__waiter_wait(&w, rcp_batch_send(b, &w.f), "batch refused");
+    int rv;
+    if (r)
+        return r;
+    rv = rcp_batch_send(b, &w.f);
+    if (rv != RCP_OK && b)
+        return rcp__waiter_fail(&w, rv, b->why);
+    return rcp__waiter_wait(&w, rv, "batch refused");
 }
 
 /* Every command becomes an ordinary async request, but the first attempts

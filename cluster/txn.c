@@ -32,6 +32,7 @@ struct rcp_txn {
     struct rcp_conn *wconn; /* WATCH: the dedicated connection */
     char whost[256];
     int wport;
+    char why[400]; /* the last refused add (rcp_txn_error), "" after a success */
 };
 
 static const char multi_cmd[] = "*1\r\n$5\r\nMULTI\r\n";
@@ -51,6 +52,21 @@ static void unwatch(rcp_txn *t)
         rcp_conn_close(t->wconn);
         t->wconn = NULL;
     }
+}
+
+void rcp_txn_discard(rcp_txn *t)
+{
+    if (!t)
+        return;
+    unwatch(t); /* the WATCH goes with its connection */
+    rcp__cmdlist_clear(&t->cmds);
+    t->has_slot = 0;
+    t->why[0] = '\0';
+}
+
+const char *rcp_txn_error(const rcp_txn *t)
+{
+    return t ? t->why : "rcp_txn_error: the transaction is NULL";
 }
 
 void rcp_txn_free(rcp_txn *t)
@@ -104,23 +120,33 @@ static int join_slot(rcp_txn *t, int argc, const char **argv, const size_t *argv
 static int txn_take(void *data, int argc, const char **argv, const size_t *argvlen)
 {
     rcp_txn *t = data;
-    const char *why;
+    const char *why = NULL;
     int had = t->has_slot, rv, i;
     unsigned old = t->slot;
-    if (argc < 1 || !argv)
+    size_t pos = t->cmds.n + 1;
+    if (argc < 1 || !argv) {
+        snprintf(t->why, sizeof t->why, "command %zu: no command (argc %d)", pos, argc);
         return RCP_ERR_INVALID;
+    }
     for (i = 0; i < argc; i++)
-        if (!argv[i])
+        if (!argv[i]) {
+            snprintf(t->why, sizeof t->why, "command %zu: argument %d is NULL", pos, i);
             return RCP_ERR_INVALID;
+        }
     rv = join_slot(t, argc, argv, argvlen, &why);
     if (rv == RCP_OK)
         rv = rcp__cmdlist_add(&t->cmds, rcp__cluster_node_options(t->cl)->max_request_bytes, argc,
                               argv, argvlen);
     if (rv != RCP_OK) {
+        size_t nl = argvlen ? argvlen[0] : strlen(argv[0]);
         t->has_slot = had;
         t->slot = old;
+        snprintf(t->why, sizeof t->why, "command %zu (%.*s): %s", pos, (int)(nl < 40 ? nl : 40),
+                 argv[0], why ? why : rcp_strerror(rv));
+        return rv;
     }
-    return rv;
+    t->why[0] = '\0';
+    return RCP_OK;
 }
 
 int rcp_txn_add_argv(rcp_txn *t, int argc, const char **argv, const size_t *argvlen)

@@ -30,18 +30,25 @@ void rcp__waiter_init(rcp__waiter *w)
     pthread_cond_init(&w->cv, NULL);
 }
 
+rcp_reply *rcp__waiter_fail(rcp__waiter *w, int code, const char *msg)
+{
+    w->r = rcp__reply_error_new(code, msg);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    return w->r;
+}
+
 rcp_reply *rcp__waiter_wait(rcp__waiter *w, int send_rv, const char *what)
 {
-    if (send_rv == RCP_OK) {
-        pthread_mutex_lock(&w->mu);
-        while (!w->done)
-            pthread_cond_wait(&w->cv, &w->mu);
-        pthread_mutex_unlock(&w->mu);
-    } else {
+    if (send_rv != RCP_OK) {
         char msg[200];
         snprintf(msg, sizeof msg, "%s: %s", what, rcp_strerror(send_rv));
-        w->r = rcp__reply_error_new(send_rv, msg);
+        return rcp__waiter_fail(w, send_rv, msg);
     }
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     return w->r;

@@ -27,6 +27,9 @@ rcp_reply *rcp__waiter_start(rcp__waiter *w);
  * anything else makes an error reply (what says which call refused).
  * Always a reply the caller frees; w is finished with. */
 rcp_reply *rcp__waiter_wait(rcp__waiter *w, int send_rv, const char *what);
+/* Instead of rcp__waiter_wait when the send was refused: tears the waiter
+ * down and returns an error reply of code with msg as its text. */
+rcp_reply *rcp__waiter_fail(rcp__waiter *w, int code, const char *msg);
 
 /* Many requests waited for together: each slot's future gets its reply
  * (kept, owned by the slot). */

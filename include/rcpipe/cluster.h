@@ -223,6 +223,14 @@ RCP_API rcp_reply *rcp_txn_watch(rcp_txn *t, int nkeys, const char **keys,
 RCP_API rcp_reply *rcp_txn_command_argv(rcp_txn *t, int argc, const char **argv,
                                         const size_t *argvlen);
 RCP_API rcp_reply *rcp_txn_exec(rcp_txn *t);
+/* Drops the queued commands and the WATCH (its connection is closed, so
+ * the server forgets it); the object is empty and can be reused. */
+RCP_API void rcp_txn_discard(rcp_txn *t);
+/* Why the last rcp_txn_add* was refused: the command's position and name
+ * and the reason (for a cross-slot key: the key, its slot and the
+ * transaction's); "" after a successful add. Valid until the next call on
+ * t. Never NULL. */
+RCP_API const char *rcp_txn_error(const rcp_txn *t);
 RCP_API void rcp_txn_free(rcp_txn *t);
 
 /* Explicit batches: queue any commands (any slots; copied when added),
@@ -239,8 +247,16 @@ RCP_API int rcp_batch_add_argv(rcp_batch *b, int argc, const char **argv,
                                const size_t *argvlen);
 RCP_API int rcp_batch_add(rcp_batch *b, const char *fmt, ...);
 RCP_API size_t rcp_batch_count(const rcp_batch *b);
-/* Async: RCP_OK and f resolved once with the array, or an error (e.g. a
- * command whose keys span slots: RCP_ERR_CROSS_SLOT) and nothing sent. */
+/* Why the last rcp_batch_add* or rcp_batch_send was refused, "" after a
+ * success: the command's position (from 1) and name and the reason.
+ * Valid until the next call on b. Never NULL. */
+RCP_API const char *rcp_batch_error(const rcp_batch *b);
+/* Async: RCP_OK and f resolved once with the array, or an error and
+ * nothing sent (the batch keeps its commands; rcp_batch_error says why).
+ * A command the batch could never send is refused when added instead:
+ * keys across slots in a command not split by slot (RCP_ERR_CROSS_SLOT),
+ * a blocking command (RCP_ERR_BLOCKING_COMMAND), a connection-state one
+ * (RCP_ERR_UNSUPPORTED). An empty batch: RCP_ERR_INVALID. */
 RCP_API int rcp_batch_send(rcp_batch *b, rcp_future *f);
 RCP_API rcp_reply *rcp_batch_exec(rcp_batch *b);
 RCP_API void rcp_batch_free(rcp_batch *b);

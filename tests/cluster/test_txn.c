@@ -119,8 +119,14 @@ START_TEST(test_errors_and_watch)
     h = rcpc_open_default(&cl);
     t = rcp_txn_new(h);
     ck_assert_int_eq(rcp_txn_add(t, "SET a 1"), RCP_OK);
+    ck_assert_str_eq(rcp_txn_error(t), "");
     ck_assert_int_eq(rcp_txn_add(t, "SET b 1"), RCP_ERR_CROSS_SLOT);
+    /* The refusal names the command, the key and both slots. */
+    ck_assert_msg(strstr(rcp_txn_error(t), "command 2 (SET)") && strstr(rcp_txn_error(t), "'b'") &&
+                      strstr(rcp_txn_error(t), "slot 3300") && strstr(rcp_txn_error(t), "slot 15495"),
+                  "%s", rcp_txn_error(t));
     ck_assert_int_eq(rcp_txn_add(t, "SUBSCRIBE x"), RCP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(rcp_txn_error(t), "command 2 (SUBSCRIBE)"), "%s", rcp_txn_error(t));
     r = rcp_txn_exec(t); /* the refused commands left nothing behind */
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 1, "SET a alone: %s",
                   rcptest_describe(r, d, sizeof d));
@@ -241,17 +247,62 @@ START_TEST(test_batch)
                       rcpc_is_status(r->element[1], "PONG"),
                   "MGET + PING: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
-    ck_assert_int_eq(rcp_batch_add(b, "SUNION a b"), RCP_OK);
+    /* A command the batch could never send is refused when added, naming
+     * its position and keys; the batch keeps the rest. */
     ck_assert_int_eq(rcp_batch_add(b, "SET never 1"), RCP_OK);
+    ck_assert_int_eq(rcp_batch_add(b, "SUNION a b"), RCP_ERR_CROSS_SLOT);
+    ck_assert_msg(strstr(rcp_batch_error(b), "command 2 (SUNION)") &&
+                      strstr(rcp_batch_error(b), "'a' (slot 15495)") &&
+                      strstr(rcp_batch_error(b), "'b' (slot 3300)"),
+                  "%s", rcp_batch_error(b));
+    ck_assert_int_eq(rcp_batch_add(b, "BLPOP q 0"), RCP_ERR_BLOCKING_COMMAND);
+    ck_assert_msg(strstr(rcp_batch_error(b), "command 2 (BLPOP)"), "%s", rcp_batch_error(b));
+    ck_assert_uint_eq(rcp_batch_count(b), 1);
+    rcp_batch_free(b);
+    /* Refused at send: an empty batch says so. */
+    b = rcp_batch_new(h);
     r = rcp_batch_exec(b);
-    ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_CROSS_SLOT, "cross-slot: %s",
-                  rcptest_describe(r, d, sizeof d));
+    ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_INVALID && strstr(r->str, "empty"),
+                  "empty batch: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     r = rcp_cluster_command(h, "EXISTS never");
     ck_assert_msg(rcptest_is_int(r, 0), "a refused batch sent something: %s",
                   rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     rcp_batch_free(b);
+    rcp_cluster_close(h);
+    h = NULL;
+}
+END_TEST
+
+/* rcp_txn_discard drops the queued commands and the WATCH: a write by
+ * someone else after it no longer aborts the reused transaction. */
+START_TEST(test_txn_discard)
+{
+    rcp_txn *t;
+    rcp_reply *r;
+    char d[512];
+    const char *wk[] = {"{t}d"};
+
+    h = rcpc_open_default(&cl);
+    t = rcp_txn_new(h);
+    r = rcp_txn_watch(t, 1, wk, NULL);
+    ck_assert_msg(rcpc_is_status(r, "OK"), "WATCH: %s", rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_int_eq(rcp_txn_add(t, "SET {t}d never"), RCP_OK);
+    rcp_txn_discard(t);
+    rcp_reply_free(rcp_cluster_command(h, "SET {t}d other"));
+    /* A key of another slot is fine now: nothing of the old one is left. */
+    ck_assert_int_eq(rcp_txn_add(t, "SET a 1"), RCP_OK);
+    r = rcp_txn_exec(t);
+    ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 1 && rcpc_is_status(r->element[0], "OK"),
+                  "after discard: %s", rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    r = rcp_cluster_command(h, "GET {t}d");
+    ck_assert_msg(rcpc_is_string(r, "other"), "discarded SET ran: %s",
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    rcp_txn_free(t);
     rcp_cluster_close(h);
     h = NULL;
 }
@@ -287,7 +338,7 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPTEST_ADD(tc, test_errors_and_watch, test_batch, test_never_interleaved,
+    RCPTEST_ADD(tc, test_errors_and_watch, test_txn_discard, test_batch, test_never_interleaved,
                 test_txn_follows_redirect);
 }
 
