@@ -87,6 +87,13 @@ rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **arg
         return RCP__ROUTE_ONE;
     }
     rq->flags = rcp__cmd_flags(cmd);
+    if (rq->flags & RCP__CMD_PER_NODE) {
+        *why = "command refused: DBSIZE, KEYS, SCAN, FLUSHALL and FLUSHDB as one request would "
+               "act on one master only, not the cluster: run them on every master with "
+               "rcp_cluster_command_nodes (SCAN: rcp_cluster_scan_new)";
+        *code = RCP_ERR_INVALID;
+        return RCP__ROUTE_REFUSED;
+    }
     nk = rcp__cmd_keys(cmd, argc, argv, argvlen, idx, 64);
     if (nk < 0) {
         *why = "wrong number of arguments for the command's keys";

@@ -5,8 +5,9 @@ from the COMMAND reply of a running redis-server (7.0 or later).
 It is the library's only source of command facts: key positions, read-only,
 blocking, and the facts COMMAND does not state, which are kept below
 (OVERLAY): which commands change the state of the connection they run on
-(refused on a shared pipeline), which block only with an option, and which
-multi-key commands the cluster layer splits by slot.
+(refused on a shared pipeline), which block only with an option, which
+multi-key commands the cluster layer splits by slot, and which keyless
+commands are about one node's whole keyspace.
 
 The table is data: it is generated once per supported server version and
 committed, so building rcpipe never needs a server. To regenerate it (from the
@@ -60,6 +61,12 @@ for name in ("xread", "xreadgroup"):
 # Multi-key commands the cluster layer splits by slot and merges.
 for name in ("mget", "mset", "del", "unlink", "exists", "touch"):
     OVERLAY[name] = ["RCP__CMD_SPLIT"]
+# Keyless commands about a node's whole keyspace: through a cluster
+# handle's ordinary call they would act on one master only, where the
+# caller almost surely meant the cluster (rcp_cluster_command_nodes runs
+# them on every master; rcp_cluster_scan_* scans the cluster).
+for name in ("flushall", "flushdb", "keys", "dbsize", "scan"):
+    OVERLAY[name] = ["RCP__CMD_PER_NODE"]
 
 # COMMAND flag -> rcpipe flag bit.
 FLAG_MAP = {

@@ -27,6 +27,13 @@ static size_t on_nodes(int which, rcp_node_reply *out, size_t max, const char *a
     return rcp_cluster_command_nodes(h, which, out, max, argc, argv, NULL);
 }
 
+static void never_called(rcp_future *f, rcp_reply *r)
+{
+    (void)f;
+    (void)r;
+    ck_abort_msg("a refused send called back");
+}
+
 START_TEST(test_node_wide)
 {
     rcp_node_reply nr[16];
@@ -60,6 +67,30 @@ START_TEST(test_node_wide)
     }
     rcp_cluster_node_replies_free(nr, n);
     ck_assert_int_eq(sum, 500);
+
+    /* As one request, a command about a node's whole keyspace would act
+     * on one master: refused, pointing at the call that does it right,
+     * and nothing is sent (the keys are all still there). */
+    {
+        static const char *const per_node[] = {"DBSIZE", "KEYS *", "SCAN 0", "FLUSHALL",
+                                               "FLUSHDB"};
+        for (i = 0; i < sizeof per_node / sizeof per_node[0]; i++) {
+            rcp_future f;
+            rcp_reply *r = rcp_cluster_command(h, per_node[i]);
+            ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_INVALID &&
+                              strstr(r->str, "rcp_cluster_command_nodes"),
+                          "%s as one request: %s", per_node[i], rcptest_describe(r, d, sizeof d));
+            rcp_reply_free(r);
+            memset(&f, 0, sizeof f);
+            f.resolve = never_called;
+            ck_assert_int_eq(rcp_cluster_send(h, &f, per_node[i]), RCP_ERR_INVALID);
+        }
+        n = on_nodes(RCP_NODES_MASTERS, nr, 16, "DBSIZE", NULL, NULL);
+        for (i = 0, sum = 0; i < n; i++)
+            sum += nr[i].reply->integer;
+        rcp_cluster_node_replies_free(nr, n);
+        ck_assert_int_eq(sum, 500);
+    }
 
     ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcptest_scale(15000)) == 0,
                   "replicas not in sync");
