@@ -332,3 +332,37 @@ int rcp_cluster_send(rcp_cluster *cl, rcp_future *f, const char *fmt, ...)
     va_end(ap);
     return rv;
 }
+
+/* ---- fire and forget ---- */
+
+static void forget_resolve(rcp_future *f, rcp_reply *r)
+{
+    struct rcp_cluster *cl = f->data;
+    if (r->type == RCP_REPLY_ERROR)
+        rcp__stat_add(&cl->st.forgotten_errors, 1);
+}
+
+void rcp__forget_init(struct rcp_cluster *cl)
+{
+    memset(&cl->forget, 0, sizeof cl->forget);
+    cl->forget.resolve = forget_resolve;
+    cl->forget.data = cl;
+}
+
+int rcp_cluster_send_forget_argv(rcp_cluster *cl, int argc, const char **argv,
+                                 const size_t *argvlen)
+{
+    return cl ? rcp_cluster_send_argv(cl, &cl->forget, argc, argv, argvlen) : RCP_ERR_INVALID;
+}
+
+int rcp_cluster_send_forget(rcp_cluster *cl, const char *fmt, ...)
+{
+    va_list ap;
+    int rv;
+    if (!cl)
+        return RCP_ERR_INVALID;
+    va_start(ap, fmt);
+    rv = rcp_cluster_sendv(cl, &cl->forget, fmt, ap);
+    va_end(ap);
+    return rv;
+}

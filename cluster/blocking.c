@@ -31,7 +31,7 @@
 void rcp__pool_init(rcp__node *n)
 {
     pthread_mutex_init(&n->pool_mu, NULL);
-    pthread_cond_init(&n->pool_cv, NULL);
+    rcp__cond_init_monotonic(&n->pool_cv); /* its deadlines are rcp__now_ns times */
 }
 
 void rcp__pool_destroy(rcp__node *n)
@@ -123,14 +123,7 @@ static struct rcp_conn *pool_take(rcp_cluster *cl, rcp__node *n, int may_wait,
             *code = RCP_ERR_QUEUE_FULL;
             break;
         }
-        if (deadline_ns) {
-            struct timespec ts;
-            ts.tv_sec = (time_t)(deadline_ns / 1000000000ull);
-            ts.tv_nsec = (long)(deadline_ns % 1000000000ull);
-            pthread_cond_timedwait(&n->pool_cv, &n->pool_mu, &ts);
-        } else {
-            pthread_cond_wait(&n->pool_cv, &n->pool_mu);
-        }
+        rcp__cond_wait_until(&n->pool_cv, &n->pool_mu, deadline_ns);
     }
     pthread_mutex_unlock(&n->pool_mu);
     return c;

@@ -239,7 +239,6 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
                      size_t errbuf_len)
 {
     struct rcp_cluster *cl;
-    pthread_condattr_t ca;
     rcp_conn_options defaults;
     char why[400], *errs;
     size_t errs_len;
@@ -280,13 +279,11 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
      * topology signal. They are passed on to the caller's callback. */
     cl->node_opt.event_cb = node_event;
     cl->node_opt.event_data = cl;
+    rcp__forget_init(cl);
     pthread_mutex_init(&cl->reg_mu, NULL);
     pthread_mutex_init(&cl->cf_mu, NULL);
     pthread_mutex_init(&cl->wmu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&cl->wcv, &ca);
-    pthread_condattr_destroy(&ca);
+    rcp__cond_init_monotonic(&cl->wcv);
     rv = parse_seeds(cl, o->seeds, why, sizeof why);
     if (rv != RCP_OK) {
         if (errbuf)
@@ -414,6 +411,7 @@ int rcp_cluster_get_stats(rcp_cluster *cl, rcp_cluster_stats *o)
     o->refreshes_forced = L(forced);
     o->refresh_failures = L(refresh_failures);
     o->map_version = L(version);
+    o->forgotten_errors = L(forgotten_errors);
 #undef L
     pthread_mutex_lock(&cl->reg_mu);
     for (rcp__node *n = cl->nodes; n; n = n->next)

@@ -217,8 +217,12 @@ struct rcp_cluster {
 
     struct {
         _Atomic uint64_t requests, moved, ask, tryagain, clusterdown, loading, masterdown,
-            not_sent, io, readonly, periodic, forced, refresh_failures, version;
+            not_sent, io, readonly, periodic, forced, refresh_failures, version, forgotten_errors;
     } st;
+    /* The future of every fire-and-forget request (async.c): shared, since
+     * the cluster layer only ever reads a caller's future and calls its
+     * resolve. */
+    rcp_future forget;
 };
 
 static inline void rcp__stat_add(_Atomic uint64_t *s, uint64_t v)
@@ -326,6 +330,9 @@ rcp__node *rcp__route_master(struct rcp_cluster *cl, const rcp__req *rq);
  * slot (a refresh is then asked for). No lock, no allocation. */
 int rcp__cluster_slot_master(struct rcp_cluster *cl, unsigned slot, char *host, size_t hostlen,
                              int *port);
+
+/* async.c: the handle's shared fire-and-forget future (open). */
+void rcp__forget_init(struct rcp_cluster *cl);
 
 /* classify.c: what route a command takes. */
 typedef enum rcp__route_kind {

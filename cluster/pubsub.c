@@ -120,7 +120,6 @@ int rcp_pubsub_open(rcp_cluster *c, const rcp_pubsub_options *o, rcp_pubsub **ou
                     size_t errbuf_len)
 {
     const rcp_conn_options *no;
-    pthread_condattr_t ca;
     rcp_pubsub *ps;
     char eb[8];
 
@@ -154,11 +153,8 @@ int rcp_pubsub_open(rcp_cluster *c, const rcp_pubsub_options *o, rcp_pubsub **ou
                      : no->request_timeout_ms > 0 ? no->request_timeout_ms
                                                   : 5000;
     ps->io_timeout_ms = no->io_timeout_ms;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&ps->mu, NULL);
-    pthread_cond_init(&ps->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    rcp__cond_init_monotonic(&ps->cv);
     if (o->classic_node) {
         const char *colon = strrchr(o->classic_node, ':');
         char *end = NULL;
@@ -221,7 +217,7 @@ void rcp_pubsub_close(rcp_pubsub *ps)
 static int call(rcp_pubsub *ps, int op, int kind, const char *name, size_t len)
 {
     uint64_t one = 1;
-    struct timespec dl;
+    uint64_t dl;
     req *r;
     int code;
 
@@ -236,13 +232,7 @@ static int call(rcp_pubsub *ps, int op, int kind, const char *name, size_t len)
     r->kind = kind;
     r->len = len;
     r->refs = 2;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += ps->timeout_ms / 1000;
-    dl.tv_nsec += (long)(ps->timeout_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    dl = rcp__now_ns() + (uint64_t)ps->timeout_ms * 1000000ull;
     pthread_mutex_lock(&ps->mu);
     if (ps->stopping) {
         pthread_mutex_unlock(&ps->mu);
@@ -262,7 +252,7 @@ static int call(rcp_pubsub *ps, int op, int kind, const char *name, size_t len)
     }
     pthread_mutex_lock(&ps->mu);
     while (!r->done)
-        if (pthread_cond_timedwait(&ps->cv, &ps->mu, &dl) == ETIMEDOUT)
+        if (rcp__cond_wait_until(&ps->cv, &ps->mu, dl) == ETIMEDOUT)
             break;
     code = r->done ? r->code : RCP_ERR_TIMEOUT;
     r->done = 1;

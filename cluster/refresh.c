@@ -303,10 +303,7 @@ void *rcp__refresher_main(void *arg)
                                 jitter + (jitter ? rcp__rnd() % (2 * jitter) : 0);
         }
         if (!do_refresh && !due) {
-            struct timespec ts;
-            ts.tv_sec = (time_t)(wake / 1000000000ull);
-            ts.tv_nsec = (long)(wake % 1000000000ull);
-            pthread_cond_timedwait(&cl->wcv, &cl->wmu, &ts);
+            rcp__cond_wait_until(&cl->wcv, &cl->wmu, wake ? wake : 1);
             continue;
         }
         pthread_mutex_unlock(&cl->wmu);

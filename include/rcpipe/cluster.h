@@ -82,6 +82,14 @@ RCP_API int rcp_cluster_send_argv_policy(rcp_cluster *c, rcp_future *f, int read
                                          const char **argv, const size_t *argvlen);
 RCP_API int rcp_cluster_send(rcp_cluster *c, rcp_future *f, const char *fmt, ...);
 RCP_API int rcp_cluster_sendv(rcp_cluster *c, rcp_future *f, const char *fmt, va_list ap);
+/* Fire and forget, for best-effort writes (a cache fill, a counter): as
+ * the sends above with the same refusals and the same redirects and
+ * retries, but no future: the reply is dropped. A failure that reaches it
+ * is only counted (rcp_cluster_stats.forgotten_errors), so use it only
+ * where losing the write is fine. RCP_OK: accepted; any error: not sent. */
+RCP_API int rcp_cluster_send_forget(rcp_cluster *c, const char *fmt, ...);
+RCP_API int rcp_cluster_send_forget_argv(rcp_cluster *c, int argc, const char **argv,
+                                         const size_t *argvlen);
 
 /* Sync calls: always a reply the caller frees, never NULL. */
 RCP_API rcp_reply *rcp_cluster_command_argv(rcp_cluster *c, int argc, const char **argv,
@@ -113,6 +121,7 @@ typedef struct rcp_cluster_stats {
     uint64_t refreshes_periodic, refreshes_forced, refresh_failures;
     uint64_t map_version;       /* increments with every published map */
     uint64_t nodes;             /* nodes in the current map */
+    uint64_t forgotten_errors;  /* fire-and-forget requests that failed (any error reply) */
 } rcp_cluster_stats;
 
 RCP_API int rcp_cluster_get_stats(rcp_cluster *c, rcp_cluster_stats *out);

@@ -112,6 +112,24 @@ RCP_API int rcp_set_allocator(const rcp_allocator *a);
 /* Back to the C library's allocator. */
 RCP_API void rcp_reset_allocator(void);
 
+/* Waiting for a group of async requests, instead of spinning on a flag:
+ * rcp_waitgroup_add(wg, 1) before each send, rcp_waitgroup_done(wg) in its
+ * resolve callback (or right away if the send returned an error: then the
+ * callback never runs), rcp_waitgroup_wait(wg, ms) until every one is
+ * done. Any thread may add and done; the count may dip below zero while a
+ * callback outruns its add. wait: RCP_OK once the count is zero;
+ * RCP_ERR_TIMEOUT if it is not after timeout_ms (0: do not wait; < 0: no
+ * limit); RCP_ERR_INVALID for NULL, or on an I/O or loop thread (a resolve
+ * callback), where the callbacks it waits for could not run. Free it once
+ * no callback can still call done. */
+typedef struct rcp_waitgroup rcp_waitgroup;
+RCP_API rcp_waitgroup *rcp_waitgroup_new(void); /* NULL when out of memory */
+RCP_API void rcp_waitgroup_add(rcp_waitgroup *wg, int n);
+RCP_API void rcp_waitgroup_done(rcp_waitgroup *wg);
+RCP_API int rcp_waitgroup_wait(rcp_waitgroup *wg, int timeout_ms);
+RCP_API long rcp_waitgroup_pending(const rcp_waitgroup *wg); /* adds minus dones */
+RCP_API void rcp_waitgroup_free(rcp_waitgroup *wg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
 #include "rcpipe.h"
@@ -101,14 +102,23 @@ struct bl {
     const char *cmd;
     rcp_reply *r;
     int64_t took_ms;
+    int64_t cpu_ms; /* the calling thread's CPU time during the call */
 };
+
+static int64_t thread_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void *blpop_main(void *arg)
 {
     struct bl *b = arg;
-    int64_t t0 = rcptest_now_ms();
+    int64_t t0 = rcptest_now_ms(), c0 = thread_cpu_ms();
     b->r = rcp_cluster_command(h, b->cmd);
     b->took_ms = rcptest_now_ms() - t0;
+    b->cpu_ms = thread_cpu_ms() - c0;
     return NULL;
 }
 
@@ -205,6 +215,10 @@ START_TEST(test_timeout_xread_wait_pool_async)
         ck_assert_msg(b[i].r->type == RCP_REPLY_ARRAY && b[i].r->elements == 2 &&
                           rcpc_is_string(b[i].r->element[1], want),
                       "BLPOP %d: %s", i, rcptest_describe(b[i].r, d, sizeof d));
+        /* Waiting (for the server, or for a connection of the pool) sleeps:
+         * a wait that spun would cost about its whole 300 ms in CPU. */
+        ck_assert_msg(b[i].cpu_ms < 100, "BLPOP %d used %lld ms of CPU in %lld ms", i,
+                      (long long)b[i].cpu_ms, (long long)b[i].took_ms);
         rcp_reply_free(b[i].r);
     }
 

@@ -485,6 +485,75 @@ START_TEST(test_app_loop_one_thread)
 }
 END_TEST
 
+/* A group of async GETs waited for with rcp_waitgroup (no spinning), and
+ * fire-and-forget writes: they land (with the usual routing), refusals
+ * come back at once, and a failure is counted. */
+struct wg_call {
+    rcp_future f;
+    rcp_waitgroup *wg;
+    atomic_int *right;
+    char want[16];
+};
+
+static void wg_on_reply(rcp_future *f, rcp_reply *r)
+{
+    struct wg_call *c = (struct wg_call *)f;
+    if (rcpc_is_string(r, c->want))
+        atomic_fetch_add(c->right, 1);
+    rcp_waitgroup_done(c->wg);
+}
+
+START_TEST(test_forget_and_waitgroup)
+{
+    static struct wg_call calls[300];
+    rcp_waitgroup *wg = rcp_waitgroup_new();
+    rcp_cluster_stats st0, st;
+    atomic_int right = 0;
+    char d[256];
+    int i;
+
+    ck_assert_ptr_nonnull(wg);
+    rcp_cluster_get_stats(h, &st0);
+    for (i = 0; i < 300; i++)
+        ck_assert_int_eq(rcp_cluster_send_forget(h, "SET fg:%d v%d", i, i), RCP_OK);
+    ck_assert_int_eq(rcp_cluster_send_forget(h, "SUNION fg:1 fg:2"), RCP_ERR_CROSS_SLOT);
+    ck_assert_int_eq(rcp_cluster_send_forget(NULL, "PING"), RCP_ERR_INVALID);
+    {
+        const char *argv[] = {"INCR", "fg:0"}; /* "v0" is not an integer: an error reply */
+        ck_assert_int_eq(rcp_cluster_send_forget_argv(h, 2, argv, NULL), RCP_OK);
+    }
+    /* The SETs were queued first on their masters' pipelines (the default
+     * read policy reads masters), so GETs sent now see them. */
+    for (i = 0; i < 300; i++) {
+        calls[i].f.resolve = wg_on_reply;
+        calls[i].wg = wg;
+        calls[i].right = &right;
+        snprintf(calls[i].want, sizeof calls[i].want, "v%d", i);
+        rcp_waitgroup_add(wg, 1);
+        if (rcp_cluster_send(h, &calls[i].f, "GET fg:%d", i) != RCP_OK)
+            rcp_waitgroup_done(wg);
+    }
+    ck_assert_int_eq(rcp_waitgroup_wait(wg, rcptest_scale(10000)), RCP_OK);
+    ck_assert_int_eq(atomic_load(&right), 300);
+    for (i = 0; i < rcptest_scale(500); i++) {
+        rcp_cluster_get_stats(h, &st);
+        if (st.forgotten_errors > st0.forgotten_errors)
+            break;
+        rcptest_sleep_ms(10);
+    }
+    ck_assert_msg(st.forgotten_errors == st0.forgotten_errors + 1, "forgotten errors %llu -> %llu",
+                  (unsigned long long)st0.forgotten_errors,
+                  (unsigned long long)st.forgotten_errors);
+    ck_assert_uint_ge(st.requests, st0.requests + 601);
+    {
+        rcp_reply *r = rcp_cluster_command(h, "GET fg:0");
+        ck_assert_msg(rcpc_is_string(r, "v0"), "%s", rcptest_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+    }
+    rcp_waitgroup_free(wg);
+}
+END_TEST
+
 /* Many threads, many keys, async and sync mixed: every reply is the right
  * one. */
 #define NTHREADS 8
@@ -531,7 +600,7 @@ static void add_tests(TCase *tc)
     tcase_add_checked_fixture(tc, setup, teardown);
     RCPTEST_ADD(tc, test_set_get_all_slots, test_same_slot_multikey, test_cross_slot, test_keyless,
                 test_keyslot_matches_server, test_binary, test_stats_nodes, test_bootstrap,
-                test_app_loop_one_thread, test_threads);
+                test_app_loop_one_thread, test_forget_and_waitgroup, test_threads);
 }
 
 int main(void)

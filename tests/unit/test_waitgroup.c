@@ -1,0 +1,107 @@
+/* Unit tests: rcp_waitgroup, without a server: threads standing in for
+ * resolve callbacks, the count dipping below zero, the time limits. */
+#include <check.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "rcpipe.h"
+
+#define THREADS 4
+#define PER_THREAD 5000
+
+static void *doner(void *arg)
+{
+    rcp_waitgroup *wg = arg;
+    for (int i = 0; i < PER_THREAD; i++)
+        rcp_waitgroup_done(wg);
+    return NULL;
+}
+
+/* Adds first, dones from other threads: wait returns once all are done,
+ * and not before (the count it left is zero). */
+START_TEST(wait_for_all)
+{
+    rcp_waitgroup *wg = rcp_waitgroup_new();
+    pthread_t th[THREADS];
+    ck_assert_ptr_nonnull(wg);
+    rcp_waitgroup_add(wg, THREADS * PER_THREAD);
+    ck_assert_int_eq(rcp_waitgroup_pending(wg), THREADS * PER_THREAD);
+    for (int i = 0; i < THREADS; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, doner, wg), 0);
+    ck_assert_int_eq(rcp_waitgroup_wait(wg, -1), RCP_OK);
+    ck_assert_int_eq(rcp_waitgroup_pending(wg), 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+    rcp_waitgroup_free(wg);
+}
+END_TEST
+
+struct late {
+    rcp_waitgroup *wg;
+    int ms;
+};
+
+static void *late_done(void *arg)
+{
+    struct late *l = arg;
+    rcptest_sleep_ms(l->ms);
+    rcp_waitgroup_done(l->wg);
+    return NULL;
+}
+
+/* 0 polls; a limit that passes gives RCP_ERR_TIMEOUT and leaves the count;
+ * a done that comes later still ends a wait without a limit. */
+START_TEST(limits)
+{
+    rcp_waitgroup *wg = rcp_waitgroup_new();
+    struct late l = {wg, 300};
+    pthread_t th;
+    ck_assert_ptr_nonnull(wg);
+    ck_assert_int_eq(rcp_waitgroup_wait(wg, 0), RCP_OK); /* nothing added */
+    rcp_waitgroup_add(wg, 1);
+    ck_assert_int_eq(rcp_waitgroup_wait(wg, 0), RCP_ERR_TIMEOUT);
+    ck_assert_int_eq(rcp_waitgroup_wait(wg, 20), RCP_ERR_TIMEOUT);
+    ck_assert_int_eq(rcp_waitgroup_pending(wg), 1);
+    ck_assert_int_eq(pthread_create(&th, NULL, late_done, &l), 0);
+    ck_assert_int_eq(rcp_waitgroup_wait(wg, -1), RCP_OK);
+    pthread_join(th, NULL);
+    rcp_waitgroup_free(wg);
+}
+END_TEST
+
+/* A callback that runs before its add (the count at -1) does not end a
+ * wait early, and the add that follows brings it back to zero. */
+START_TEST(done_before_add)
+{
+    rcp_waitgroup *wg = rcp_waitgroup_new();
+    ck_assert_ptr_nonnull(wg);
+    rcp_waitgroup_add(wg, 1); /* a first request, outstanding */
+    rcp_waitgroup_done(wg);   /* the second's callback outran its add */
+    rcp_waitgroup_done(wg);
+    ck_assert_int_eq(rcp_waitgroup_pending(wg), -1);
+    ck_assert_int_eq(rcp_waitgroup_wait(wg, 0), RCP_ERR_TIMEOUT);
+    rcp_waitgroup_add(wg, 1);
+    ck_assert_int_eq(rcp_waitgroup_wait(wg, 0), RCP_OK);
+    rcp_waitgroup_free(wg);
+}
+END_TEST
+
+START_TEST(nulls)
+{
+    ck_assert_int_eq(rcp_waitgroup_wait(NULL, 0), RCP_ERR_INVALID);
+    ck_assert_int_eq(rcp_waitgroup_pending(NULL), 0);
+    rcp_waitgroup_add(NULL, 1);
+    rcp_waitgroup_done(NULL);
+    rcp_waitgroup_free(NULL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("waitgroup");
+    TCase *tc = rcptest_tcase(s, "core", 30);
+    RCPTEST_ADD(tc, wait_for_all, limits, done_before_add, nulls);
+    return rcptest_run(s) ? 1 : 0;
+}
