@@ -534,3 +534,22 @@ rcp_reply *rcp_txn_exec(rcp_txn *t)
     t->has_slot = 0;
     return r;
 }
+
+rcp_reply *rcp_txn_command(rcp_txn *t, const char *fmt, ...)
+{
+    rcp__fmt_cmd cmd;
+    const char *why = NULL;
+    rcp_reply *r;
+    va_list ap;
+    int rv;
+    if (!t || !fmt)
+        return rcp__reply_error_new(RCP_ERR_INVALID, "rcp_txn_command: bad arguments");
+    va_start(ap, fmt);
+    rv = rcp__format_command(&cmd, fmt, ap, &why);
+    va_end(ap);
+    if (rv != RCP_OK)
+        return rcp__reply_error_new(rv, why ? why : "rcp_txn_command: bad format");
+    r = rcp_txn_command_argv(t, cmd.argc, cmd.argv, cmd.argvlen);
+    rcp__free(cmd.buf);
+    return r;
+}

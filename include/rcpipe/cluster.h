@@ -231,6 +231,8 @@ RCP_API rcp_reply *rcp_txn_watch(rcp_txn *t, int nkeys, const char **keys,
                                  const size_t *keylens);
 RCP_API rcp_reply *rcp_txn_command_argv(rcp_txn *t, int argc, const char **argv,
                                         const size_t *argvlen);
+/* The same with a hiredis-style format ("GET %s"). */
+RCP_API rcp_reply *rcp_txn_command(rcp_txn *t, const char *fmt, ...);
 RCP_API rcp_reply *rcp_txn_exec(rcp_txn *t);
 /* Drops the queued commands and the WATCH (its connection is closed, so
  * the server forgets it); the object is empty and can be reused. */

@@ -181,6 +181,14 @@ START_TEST(test_errors_and_watch)
     /* WATCH with no concurrent write: it runs. */
     r = rcp_txn_watch(t, 1, wk, NULL);
     rcp_reply_free(r);
+    r = rcp_txn_command(t, "GET %s", "{t}w"); /* the printf-style form */
+    ck_assert_msg(rcpc_is_string(r, "2"), "GET on the WATCH connection: %s",
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    r = rcp_txn_command(t, "GET %s", (const char *)NULL);
+    ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_INVALID, "NULL %%s: %s",
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
     ck_assert_int_eq(rcp_txn_add(t, "SET {t}w 4"), RCP_OK);
     r = rcp_txn_exec(t);
     ck_assert_msg(r->type == RCP_REPLY_ARRAY && r->elements == 1, "watched EXEC: %s",

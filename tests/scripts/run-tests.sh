@@ -3,7 +3,9 @@
 # redis-server processes (each test starts its own on free ports), in a
 # plain build with warnings as errors, then under ASan+UBSan and TSan.
 #
-# Then the hardening layers (docs/testing.md): the unit suite under
+# Then the install as a user gets it (a temporary prefix, every example
+# built with pkg-config alone, two run against a local cluster), and the
+# hardening layers (docs/testing.md): the unit suite under
 # valgrind memcheck, each fuzz target for RCP_FUZZ_SECONDS (default 60),
 # the allocation-failure reruns of the unit and sim suites (bounded:
 # ALLOCFAIL_BUDGET seconds per test program), and the chaos soak for
@@ -78,6 +80,7 @@ if [ "${RCP_SKIP_SANITIZERS:-0}" != 1 ]; then
     run build-asan asan -Db_sanitize=address,undefined -Db_lundef=false
     run build-tsan tsan -Db_sanitize=thread -Db_lundef=false
     mkdir -p build-ci/meson-logs
+    step install tests/scripts/install-test.sh
     step valgrind-unit meson test -C build-ci --suite unit --suite fuzz-replay --print-errorlogs \
         --logbase testlog-valgrind \
         --wrap='valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite -q' \
