@@ -128,6 +128,7 @@ def commands(runs, step, limit=4):
 def shorten(cmd):
     """Temporary paths out of a command line, so the docs read well."""
     cmd = re.sub(r"\S*/(rcp-bench)\b", r"build/bench/\1", cmd)
+    cmd = re.sub(r"(perf stat -x, -o)\s*\S+", r"\1 FILE", cmd)
     cmd = re.sub(r"(--json-out-file|--callgrind-out-file=|--log-file=)\s*\S+",
                  lambda mo: mo.group(1) + ("" if mo.group(1).endswith("=") else " ") + "FILE",
                  cmd)
