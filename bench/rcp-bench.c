@@ -764,9 +764,18 @@ static void parse_args(config *cfg, int argc, char **argv)
         if (cfg->rate)
             die_usage("--rate-limiting: not with callback refill (classic async, "
                       "--event-loop, --refill callback)");
-        if (cfg->client == CLIENT_RCPIPE && cfg->async_depth > CALLBACK_MAX_DEPTH)
-            die_usage("--async-depth: at most %u when callbacks refill (the library's "
-                      "max_inflight; a callback must not block for room)", CALLBACK_MAX_DEPTH);
+        /* With one shared handle (--refill callback) every thread's window
+         * lands on the same connections: the sum must fit, or a first
+         * window's send would wait for room while holding the lock the
+         * I/O thread's callbacks need. */
+        unsigned long long total = (unsigned long long)cfg->async_depth *
+                                   (cfg->event_loop ? 1u : cfg->threads);
+
+        if (cfg->client == CLIENT_RCPIPE && total > CALLBACK_MAX_DEPTH)
+            die_usage("--async-depth: at most %u requests in flight per connection when "
+                      "callbacks refill (the library's max_inflight; a callback must not "
+                      "block for room): %u%s", CALLBACK_MAX_DEPTH, cfg->async_depth,
+                      cfg->event_loop ? "" : " x threads is more");
     }
     if (cfg->series_max && (!cfg->rate || cfg->async_depth || cfg->pipeline > 1))
         die_usage("--series needs --rate-limiting and sync mode (no --async-depth, "

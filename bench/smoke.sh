@@ -174,6 +174,7 @@ bad --event-loop libevent
 bad --event-loop epoll --async-depth 4
 bad --event-loop libevent --async-depth 4 --client classic
 bad --refill sometimes --async-depth 4
+bad --refill callback --async-depth 2048 -t 3
 bad --series 5:15
 bad --series 15:5 --rate-limiting 10
 bad --series 5:15 --rate-limiting 10 --async-depth 4
