@@ -41,9 +41,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include "rcpipe.h"
+
+/* The classic async baseline (hiredis's own async API) and rcpipe on the
+ * application's loop need the loop libraries; without them those modes
+ * are refused with a message, the rest works. */
+#ifdef RCP_BENCH_LIBEVENT
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include "rcpipe/libevent.h"
+#endif
+#ifdef RCP_BENCH_LIBUV
+#include <uv.h>
+#include "rcpipe/libuv.h"
+#endif
 
 #include "hist.h"
 #include "slotmap.h"
@@ -71,6 +85,13 @@
 #define SLEEP_SLICE_NS 100000000u /* a rate-limited thread checks for the stop this often */
 
 enum client_kind { CLIENT_RCPIPE, CLIENT_CLASSIC };
+enum loop_kind { LOOP_NONE, LOOP_LIBEVENT, LOOP_LIBUV };
+/* Requests a loop-driven worker sends (and waits for) before the timed
+ * phase, so every master's connection is up when it starts. */
+#define WARMUP_REQUESTS 32u
+/* rcp_conn's default max_inflight: a callback that refills past it would
+ * get RCP_ERR_QUEUE_FULL (it may not block). */
+#define CALLBACK_MAX_DEPTH 4096u
 
 typedef struct config {
     char *host;
@@ -104,6 +125,9 @@ typedef struct config {
     unsigned pipeline;    /* > 1: explicit pipelining */
     uint64_t rate;        /* --rate-limiting, ops/s per thread; 0: closed loop */
     bool count_allocs;    /* --count-allocs (rcpipe) */
+    int event_loop;       /* enum loop_kind: --event-loop (rcpipe async) */
+    bool refill_callback; /* async: each completion sends the next request */
+    unsigned series_min, series_max; /* --series: runs of MIN..MAX back to back */
 } config;
 
 struct bench;
@@ -143,7 +167,7 @@ typedef struct worker {
     _Atomic uint64_t done;  /* requests completed, read by the progress line */
     uint64_t set_ops, get_ops, errors;
     uint64_t end_ns;        /* when this thread stopped issuing requests */
-    char first_error[256];
+    char first_error[512];
     hist set_h, get_h;
     uint64_t rng;            /* key and SET/GET choice */
     uint64_t seq[2];         /* key pattern S: steps taken, SETs and GETs */
@@ -165,6 +189,25 @@ typedef struct worker {
     bool sem_ok;
     uint64_t sleeps;          /* times it waited on sem (a futex wake each) */
     char *keys;               /* pipeline: one key buffer per request */
+    /* Callback refill (--refill callback, classic async, --event-loop):
+     * each completion sends the next request on its slot. */
+    bool cb_lock;             /* callbacks run on another thread: take cb_mu */
+    bool cb_mu_ok;
+    pthread_mutex_t cb_mu;
+    bool warmup;              /* before the timed phase: nothing accounted */
+    bool window_done;         /* every slot of the first window was sent */
+    uint64_t sent;            /* requests sent (this phase) */
+    /* Own loop (classic async, --event-loop): the worker's loop and handles */
+    struct event_base *evbase;
+    void *uvloop;             /* uv_loop_t */
+    rcp_loop *rloop;
+    rcp_conn *own_conn;
+    rcp_cluster *own_cluster;
+    redisAsyncContext **actx; /* classic async: per slot-map node (or [0]) */
+    bool own_st_ok;
+    rcp_conn_stats own_st0, own_st1;    /* the worker's handle, around the run */
+    rcp_cluster_stats own_cl0, own_cl1;
+    size_t own_nodes;
 } worker;
 
 typedef struct bench {
@@ -182,6 +225,9 @@ typedef struct bench {
     uint64_t start_ns;        /* start of the timed phase */
     pthread_mutex_t series_mu;
     hist *series;             /* one histogram per second of the run */
+    rcp_conn_options opts;    /* rcpipe: node options (--event-loop: per worker) */
+    rcp_cluster_options copts;
+    char seeds[300];
     size_t series_n;
     bool series_truncated;    /* ran past MAX_SERIES seconds */
 } bench;
@@ -190,6 +236,8 @@ typedef struct server_info {
     double cpu_user, cpu_sys; /* seconds */
     uint64_t commands;        /* total_commands_processed */
     bool cluster_enabled;
+    double proc_cpu;          /* utime + stime of /proc/<process_id>/stat, seconds */
+    bool proc_ok;             /* proc_cpu read (a local server) */
 } server_info;
 
 /* INFO over the cluster: masters summed, replicas summed separately. */
@@ -325,12 +373,25 @@ static void usage(FILE *f)
         "                           same seed per thread index in every run)\n"
         "      --rate-limiting R    open loop: R requests/s per thread on a fixed schedule;\n"
         "                           latency from the intended send time\n"
+        "      --series MIN:MAX     with --rate-limiting, sync mode: each due time starts a\n"
+        "                           run of MIN..MAX (uniform) requests back to back (the\n"
+        "                           RedisPipe article's load: 5:15); still R requests/s\n"
         "\n"
         "Mode (default sync: one request at a time per thread):\n"
-        "      --async-depth N      rcpipe: async mode, N requests in flight per thread\n"
+        "      --async-depth N      async mode, N requests in flight per thread; classic:\n"
+        "                           hiredis's async API on a libevent loop per thread, a\n"
+        "                           redisAsyncContext per master, refilled from callbacks\n"
+        "      --refill HOW         async, rcpipe: worker (default: the thread refills when\n"
+        "                           half the window is back) or callback (each completion\n"
+        "                           sends the next request from its callback)\n"
+        "      --event-loop L       async, rcpipe: libevent or libuv; each thread runs its\n"
+        "                           own loop with its own handle on it (rcp_conn_options\n"
+        "                           .loop), refilled from the callbacks\n"
         "      --pipeline N         explicit pipelining: send N requests, then wait for\n"
         "                           all N (classic: per master in cluster mode)\n"
-        "\n"
+        "\n");
+    /* two strings: C11 compilers need to support only 4095 characters in one */
+    fprintf(f,
         "Client:\n"
         "      --client NAME        rcpipe (default) or classic\n"
         "      --batch-delay-us N   rcpipe: pause after a batch's first request\n"
@@ -459,7 +520,10 @@ enum {
     OPT_ASYNC_DEPTH,
     OPT_PIPELINE,
     OPT_RATE,
-    OPT_COUNT_ALLOCS
+    OPT_COUNT_ALLOCS,
+    OPT_EVENT_LOOP,
+    OPT_REFILL,
+    OPT_SERIES
 };
 
 /* "X" or "X:Y" with X, Y in R, S, G (memtier's SET:GET form). */
@@ -527,6 +591,9 @@ static void parse_args(config *cfg, int argc, char **argv)
         {"pipeline", required_argument, NULL, OPT_PIPELINE},
         {"rate-limiting", required_argument, NULL, OPT_RATE},
         {"count-allocs", no_argument, NULL, OPT_COUNT_ALLOCS},
+        {"event-loop", required_argument, NULL, OPT_EVENT_LOOP},
+        {"refill", required_argument, NULL, OPT_REFILL},
+        {"series", required_argument, NULL, OPT_SERIES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -613,6 +680,38 @@ static void parse_args(config *cfg, int argc, char **argv)
             break;
         case OPT_RATE: cfg->rate = parse_u64("--rate-limiting", optarg, 1, 100000000); break;
         case OPT_COUNT_ALLOCS: cfg->count_allocs = true; break;
+        case OPT_EVENT_LOOP:
+            if (strcmp(optarg, "libevent") == 0)
+                cfg->event_loop = LOOP_LIBEVENT;
+            else if (strcmp(optarg, "libuv") == 0)
+                cfg->event_loop = LOOP_LIBUV;
+            else
+                die_usage("--event-loop: expected libevent or libuv, got '%s'", optarg);
+            break;
+        case OPT_REFILL:
+            if (strcmp(optarg, "callback") == 0)
+                cfg->refill_callback = true;
+            else if (strcmp(optarg, "worker") == 0)
+                cfg->refill_callback = false;
+            else
+                die_usage("--refill: expected worker or callback, got '%s'", optarg);
+            break;
+        case OPT_SERIES: {
+            const char *colon = strchr(optarg, ':');
+            char buf[32];
+            size_t n = colon ? (size_t)(colon - optarg) : 0;
+
+            if (!colon || n == 0 || n >= sizeof(buf))
+                die_usage("--series: expected MIN:MAX, got '%s'", optarg);
+            memcpy(buf, optarg, n);
+            buf[n] = '\0';
+            cfg->series_min = (unsigned)parse_u64("--series", buf, 1, 1000000);
+            cfg->series_max = (unsigned)parse_u64("--series", colon + 1, 1, 1000000);
+            if (cfg->series_min > cfg->series_max)
+                die_usage("--series: MIN %u is larger than MAX %u", cfg->series_min,
+                          cfg->series_max);
+            break;
+        }
         case 'h': usage(stdout); exit(0);
         case ':': die_usage("option '%s' needs an argument", argv[optind - 1]);
         default:
@@ -636,8 +735,51 @@ static void parse_args(config *cfg, int argc, char **argv)
     if (cfg->client == CLIENT_CLASSIC && cfg->read_policy > RCP_READ_MASTER_ONLY)
         die_usage("--read-policy %s applies to --client rcpipe only (classic reads masters)",
                   read_policy_name(cfg->read_policy));
-    if (cfg->client == CLIENT_CLASSIC && (cfg->async_depth || cfg->count_allocs))
-        die_usage("--async-depth and --count-allocs apply to --client rcpipe only");
+    if (cfg->client == CLIENT_CLASSIC && cfg->count_allocs)
+        die_usage("--count-allocs applies to --client rcpipe only");
+#ifndef RCP_BENCH_LIBEVENT
+    if (cfg->client == CLIENT_CLASSIC && cfg->async_depth)
+        die_usage("--client classic --async-depth needs libevent: this rcp-bench was built "
+                  "without it (install libevent-dev and reconfigure)");
+    if (cfg->event_loop == LOOP_LIBEVENT)
+        die_usage("--event-loop libevent: this rcp-bench was built without libevent");
+#endif
+#ifndef RCP_BENCH_LIBUV
+    if (cfg->event_loop == LOOP_LIBUV)
+        die_usage("--event-loop libuv: this rcp-bench was built without libuv");
+#endif
+    if (cfg->event_loop && cfg->client != CLIENT_RCPIPE)
+        die_usage("--event-loop applies to --client rcpipe (classic async always runs on "
+                  "libevent)");
+    if ((cfg->event_loop || cfg->refill_callback) && !cfg->async_depth)
+        die_usage("--event-loop and --refill apply to async mode (--async-depth N)");
+    if (cfg->refill_callback && cfg->client != CLIENT_RCPIPE)
+        die_usage("--refill applies to --client rcpipe (classic async always refills "
+                  "from its callbacks)");
+    if (cfg->event_loop && (cfg->io_threads_set || cfg->no_fast_path))
+        die_usage("--io-threads and --no-fast-path do not apply with --event-loop (no I/O "
+                  "thread of rcpipe's own)");
+    if (cfg->async_depth &&
+        (cfg->event_loop || cfg->refill_callback || cfg->client == CLIENT_CLASSIC)) {
+        if (cfg->rate)
+            die_usage("--rate-limiting: not with callback refill (classic async, "
+                      "--event-loop, --refill callback)");
+        /* With one shared handle (--refill callback) every thread's window
+         * lands on the same connections: the sum must fit, or a first
+         * window's send would wait for room while holding the lock the
+         * I/O thread's callbacks need. */
+        unsigned long long total = (unsigned long long)cfg->async_depth *
+                                   (cfg->event_loop ? 1u : cfg->threads);
+
+        if (cfg->client == CLIENT_RCPIPE && total > CALLBACK_MAX_DEPTH)
+            die_usage("--async-depth: at most %u requests in flight per connection when "
+                      "callbacks refill (the library's max_inflight; a callback must not "
+                      "block for room): %u%s", CALLBACK_MAX_DEPTH, cfg->async_depth,
+                      cfg->event_loop ? "" : " x threads is more");
+    }
+    if (cfg->series_max && (!cfg->rate || cfg->async_depth || cfg->pipeline > 1))
+        die_usage("--series needs --rate-limiting and sync mode (no --async-depth, "
+                  "no --pipeline)");
     if (cfg->async_depth && cfg->pipeline > 1)
         die_usage("--pipeline and --async-depth are two different modes: give one");
     if (cfg->rate && cfg->pipeline > 1)
@@ -689,6 +831,41 @@ static const char *info_field(const char *text, const char *name)
     return NULL;
 }
 
+/* utime + stime of a local process in seconds (fields 14 and 15 of
+ * /proc/PID/stat, counted after the ")" that ends the command name). */
+static bool proc_cpu_read(long pid, double *out)
+{
+    char path[64], buf[1024];
+    FILE *f;
+    size_t n;
+    const char *p;
+    unsigned long long ut, st;
+    int field;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    f = fopen(path, "r");
+    if (!f)
+        return false;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    if (!p)
+        return false;
+    for (field = 2; field < 14 && p; field++) /* p: the space before field 3, ..., 14 */
+        p = strchr(p + 1, ' ');
+    if (!p || sscanf(p, " %llu %llu", &ut, &st) != 2)
+        return false;
+    *out = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    return true;
+}
+
+static bool host_is_local(const char *host)
+{
+    return strcmp(host, "127.0.0.1") == 0 || strcmp(host, "localhost") == 0 ||
+           strcmp(host, "::1") == 0;
+}
+
 static bool server_info_read_at(const config *cfg, const char *host, int port, server_info *out,
                                 char *err, size_t errlen)
 {
@@ -723,6 +900,9 @@ static bool server_info_read_at(const config *cfg, const char *host, int port, s
     out->commands = strtoull(c, NULL, 10);
     ce = info_field(r->str, "cluster_enabled");
     out->cluster_enabled = ce && *ce == '1';
+    ce = info_field(r->str, "process_id");
+    out->proc_ok = ce && host_is_local(host) && proc_cpu_read(strtol(ce, NULL, 10),
+                                                               &out->proc_cpu);
     freeReplyObject(r);
     redisFree(rc);
     return true;
@@ -743,6 +923,7 @@ static bool cluster_info_read(const config *cfg, slotmap *m, cluster_info *out, 
 
     memset(out, 0, sizeof(*out));
     out->replicas_ok = true;
+    out->masters.proc_ok = true;
     for (i = 0; i < n; i++) {
         const sm_node *nd = &m->nodes[i];
         bool master = atomic_load(&nd->master);
@@ -761,6 +942,9 @@ static bool cluster_info_read(const config *cfg, slotmap *m, cluster_info *out, 
         sum->cpu_user += si.cpu_user;
         sum->cpu_sys += si.cpu_sys;
         sum->commands += si.commands;
+        sum->proc_cpu += si.proc_cpu;
+        if (master && !si.proc_ok)
+            out->masters.proc_ok = false;
     }
     return true;
 }
@@ -1270,6 +1454,8 @@ static void run_sync(worker *w)
         note_error(w, "out of memory");
         return;
     }
+    unsigned series_left = 0; /* --series: requests left in the current run */
+
     for (k = 0; !cfg->requests || k < cfg->requests; k++) {
         uint64_t due = 0, t0, t1;
         size_t rbytes = 0;
@@ -1279,8 +1465,19 @@ static void run_sync(worker *w)
         if (atomic_load_explicit(&b->stop, memory_order_relaxed))
             break;
         argc = build_request(w, &is_set, key, argv, argvlen);
-        if (cfg->rate && !sleep_until(b, due = due_ns(w, k)))
-            break;
+        /* A run of a --series starts at the due time of its first request
+         * (latency from there); the others follow at once (latency from
+         * their own send), so the mean rate stays R per thread. */
+        if (cfg->rate && series_left == 0) {
+            if (!sleep_until(b, due = due_ns(w, k)))
+                break;
+            series_left = cfg->series_max
+                              ? cfg->series_min + (unsigned)(rng_next(&w->rng) %
+                                                   (cfg->series_max - cfg->series_min + 1))
+                              : 1;
+        }
+        if (series_left)
+            series_left--;
         t0 = now_ns();
         if (classic && b->map)
             out = request_classic_cluster(w, is_set, argc, argv, argvlen, &rbytes);
@@ -1289,7 +1486,7 @@ static void run_sync(worker *w)
         else
             out = request_rcpipe(w, is_set, argc, argv, argvlen, &rbytes);
         t1 = now_ns();
-        account(w, is_set, out, t1 - (cfg->rate ? due : t0), t1,
+        account(w, is_set, out, t1 - (due ? due : t0), t1,
                 resp_request_bytes(argc, argvlen) + rbytes);
         if (w->broken)
             break;
@@ -1449,6 +1646,435 @@ static void run_async(worker *w)
     free(key);
 }
 
+/* ------------------------------------- callback refill (async, all clients) */
+
+/* The library's counters of one handle: the connection's, or a cluster's
+ * own plus the sum over its node connections. */
+static bool handle_stats(rcp_conn *conn, rcp_cluster *cl, rcp_conn_stats *st,
+                         rcp_cluster_stats *cs, size_t *nodes)
+{
+    memset(st, 0, sizeof(*st));
+    memset(cs, 0, sizeof(*cs));
+    *nodes = 0;
+    if (conn)
+        return rcp_conn_get_stats(conn, st) == RCP_OK;
+    if (cl) {
+        size_t cap = 64, n, i;
+        rcp_cluster_node_info *ni;
+
+        if (rcp_cluster_get_stats(cl, cs) != RCP_OK)
+            return false;
+        for (;;) {
+            ni = malloc(cap * sizeof(*ni));
+            if (!ni)
+                return false;
+            n = rcp_cluster_get_nodes(cl, ni, cap);
+            if (n <= cap)
+                break;
+            free(ni);
+            cap = n + 16;
+        }
+        for (i = 0; i < n; i++)
+            rcp_conn_stats_add(st, &ni[i].conn);
+        *nodes = n;
+        free(ni);
+        return true;
+    }
+    return false;
+}
+
+static void cl_stats_add(rcp_cluster_stats *a, const rcp_cluster_stats *b)
+{
+    a->requests += b->requests;
+    a->moved += b->moved;
+    a->ask += b->ask;
+    a->retries_tryagain += b->retries_tryagain;
+    a->retries_clusterdown += b->retries_clusterdown;
+    a->retries_loading += b->retries_loading;
+    a->retries_masterdown += b->retries_masterdown;
+    a->retries_not_sent += b->retries_not_sent;
+    a->retries_io += b->retries_io;
+    a->retries_readonly += b->retries_readonly;
+    a->refreshes_periodic += b->refreshes_periodic;
+    a->refreshes_forced += b->refreshes_forced;
+    a->refresh_failures += b->refresh_failures;
+    a->map_version += b->map_version;
+    a->nodes += b->nodes;
+}
+
+/* Whether a completion sends the next request on its slot: the warm-up
+ * until WARMUP_REQUESTS are sent, the timed phase until the stop or -n. */
+static bool cb_more(worker *w)
+{
+    const config *cfg = w->b->cfg;
+
+    if (w->warmup)
+        return w->sent < WARMUP_REQUESTS;
+    return !atomic_load_explicit(&w->b->stop, memory_order_relaxed) &&
+           (!cfg->requests || w->sent < cfg->requests);
+}
+
+/* The worker's own loop has nothing more to wait for: return from it. */
+static void own_loop_break(worker *w)
+{
+#ifdef RCP_BENCH_LIBEVENT
+    if (w->evbase)
+        event_base_loopbreak(w->evbase);
+#endif
+#ifdef RCP_BENCH_LIBUV
+    if (w->uvloop)
+        uv_stop((uv_loop_t *)w->uvloop);
+#endif
+    (void)w;
+}
+
+static void on_resolve_cb(rcp_future *f, rcp_reply *reply);
+#ifdef RCP_BENCH_LIBEVENT
+static void classic_async_cb(redisAsyncContext *c, void *reply, void *privdata);
+#endif
+
+/* Builds the next request on slot r and sends it: rcpipe (the shared
+ * handle or the worker's own) or classic async (the key's master's
+ * context). false if it was refused (accounted as an error, or in the
+ * warm-up a failed start). */
+static bool cb_send(worker *w, req *r)
+{
+    bench *b = w->b;
+    const char *argv[3];
+    size_t argvlen[3];
+    int argc = build_request(w, &r->is_set, r->key, argv, argvlen);
+    char err[200];
+    uint64_t t;
+
+    r->req_bytes = resp_request_bytes(argc, argvlen);
+    r->t_start = now_ns();
+    w->sent++;
+    if (b->cfg->client == CLIENT_CLASSIC) {
+#ifdef RCP_BENCH_LIBEVENT
+        int node = b->map ? slotmap_node_of(b->map, rcp_keyslot(r->key, argvlen[1])) : 0;
+        redisAsyncContext *ac = node >= 0 ? w->actx[node] : NULL;
+
+        if (ac && redisAsyncCommandArgv(ac, classic_async_cb, r, argc, argv, argvlen) ==
+                      REDIS_OK)
+            return true;
+        snprintf(err, sizeof(err), "%s: %s", argv[0],
+                 node < 0 ? "slot not served by any node"
+                          : ac ? "redisAsyncCommandArgv failed" : "no connection to its master");
+#else
+        snprintf(err, sizeof(err), "classic async: built without libevent");
+#endif
+    } else {
+        rcp_cluster *cl = w->own_cluster ? w->own_cluster : b->cluster;
+        rcp_conn *cn = w->own_conn ? w->own_conn : b->conn;
+        int rc;
+
+        r->f.resolve = on_resolve_cb;
+        r->f.data = r;
+        r->f.timeout_ms = 0;
+        rc = cl ? rcp_cluster_send_argv(cl, &r->f, argc, argv, argvlen)
+                : rcp_conn_send_argv(cn, &r->f, argc, argv, argvlen);
+        if (rc == RCP_OK)
+            return true;
+        snprintf(err, sizeof(err), "%s: send refused: %s", argv[0], rcp_strerror(rc));
+    }
+    if (w->warmup) {
+        if (!w->first_error[0])
+            snprintf(w->first_error, sizeof(w->first_error), "warm-up: %s", err);
+        w->connect_failed = true;
+        return false;
+    }
+    note_error(w, "%s", err);
+    t = now_ns();
+    account(w, r->is_set, OUT_ERR, t - r->t_start, t, r->req_bytes);
+    return false;
+}
+
+/* One completion: account it (not in the warm-up), then send the next
+ * request on the same slot, or let the slot go; the last slot to go ends
+ * the worker's wait (its own loop, or its semaphore). */
+static void cb_complete(worker *w, req *r, int outcome, size_t reply_bytes, const char *err)
+{
+    if (w->cb_lock)
+        pthread_mutex_lock(&w->cb_mu);
+    if (w->warmup) {
+        if (outcome == OUT_ERR && !w->first_error[0]) {
+            snprintf(w->first_error, sizeof(w->first_error), "warm-up: %s", err);
+            w->connect_failed = true;
+        }
+    } else {
+        account(w, r->is_set, outcome, r->t_done > r->t_start ? r->t_done - r->t_start : 0,
+                r->t_done, r->req_bytes + reply_bytes);
+        if (outcome == OUT_ERR)
+            note_error(w, "%s", err);
+    }
+    if (!(cb_more(w) && !w->connect_failed && cb_send(w, r)))
+        w->inflight--;
+    if (w->inflight == 0 && w->window_done) {
+        if (w->evbase || w->uvloop)
+            own_loop_break(w);
+        else
+            sem_post(&w->sem);
+    }
+    if (w->cb_lock)
+        pthread_mutex_unlock(&w->cb_mu);
+}
+
+static void on_resolve_cb(rcp_future *f, rcp_reply *reply)
+{
+    req *r = f->data;
+
+    r->t_done = now_ns();
+    r->outcome = judge_rcpipe(r->is_set, reply, r->err, sizeof(r->err), &r->reply_bytes);
+    cb_complete(r->w, r, r->outcome, r->reply_bytes, r->err);
+}
+
+#ifdef RCP_BENCH_LIBEVENT
+/* hiredis frees the reply after this returns. A MOVED or ASK is counted
+ * as an error: the baseline assumes a stable cluster. */
+static void classic_async_cb(redisAsyncContext *c, void *reply, void *privdata)
+{
+    req *r = privdata;
+    redisReply *rep = reply;
+
+    r->t_done = now_ns();
+    if (!rep) {
+        snprintf(r->err, sizeof(r->err), "%s: connection error: %s", r->is_set ? "SET" : "GET",
+                 c->errstr[0] ? c->errstr : "context freed");
+        r->outcome = OUT_ERR;
+        r->reply_bytes = 0;
+    } else {
+        r->outcome = judge_reply(r->is_set, rep->type, rep->str, rep->len, NULL, r->err,
+                                 sizeof(r->err), &r->reply_bytes);
+    }
+    cb_complete(r->w, r, r->outcome, r->reply_bytes, r->err);
+}
+#endif
+
+/* Sends the first window: one request per slot (each slot then refills
+ * itself from its completions). */
+static void cb_first_window(worker *w)
+{
+    unsigned depth = w->b->cfg->async_depth, i;
+
+    w->window_done = false;
+    w->sent = 0;
+    for (i = 0; i < depth; i++) {
+        bool more;
+
+        if (w->cb_lock)
+            pthread_mutex_lock(&w->cb_mu);
+        more = cb_more(w) && !w->connect_failed;
+        if (more) {
+            w->inflight++;
+            if (!cb_send(w, &w->reqs[i]))
+                w->inflight--;
+        }
+        if (i + 1 == depth || !more)
+            w->window_done = true;
+        if (w->cb_lock)
+            pthread_mutex_unlock(&w->cb_mu);
+        if (!more)
+            break;
+    }
+}
+
+/* Runs the worker's own loop until every slot has gone. */
+static void own_loop_run(worker *w)
+{
+    if (w->inflight == 0)
+        return;
+#ifdef RCP_BENCH_LIBEVENT
+    if (w->evbase)
+        event_base_dispatch(w->evbase);
+#endif
+#ifdef RCP_BENCH_LIBUV
+    if (w->uvloop)
+        uv_run((uv_loop_t *)w->uvloop, UV_RUN_DEFAULT);
+#endif
+}
+
+/* --refill callback on rcpipe's I/O threads: the worker sends the first
+ * window, then sleeps until the callbacks have let every slot go. */
+static void run_callback_threads(worker *w)
+{
+    bool wait;
+
+    cb_first_window(w);
+    pthread_mutex_lock(&w->cb_mu);
+    wait = w->inflight > 0;
+    pthread_mutex_unlock(&w->cb_mu);
+    if (wait) {
+        w->sleeps++;
+        while (sem_wait(&w->sem) != 0 && errno == EINTR)
+            ;
+    }
+}
+
+#ifdef RCP_BENCH_LIBEVENT
+static void classic_async_disconnected(const redisAsyncContext *c, int status)
+{
+    (void)status;
+    /* hiredis frees the context once this returns */
+    *(redisAsyncContext **)c->data = NULL;
+}
+#endif
+
+/* The worker's own loop and handles (classic async contexts, or an
+ * rcpipe handle on the loop), then the warm-up on them. false with
+ * first_error set if anything failed. */
+static bool own_setup(worker *w)
+{
+    bench *b = w->b;
+    const config *cfg = b->cfg;
+    char err[512];
+
+    err[0] = '\0';
+#ifdef RCP_BENCH_LIBEVENT
+    if (cfg->client == CLIENT_CLASSIC || cfg->event_loop == LOOP_LIBEVENT) {
+        w->evbase = event_base_new();
+        if (!w->evbase) {
+            snprintf(w->first_error, sizeof(w->first_error), "event_base_new failed");
+            return false;
+        }
+    }
+    if (cfg->client == CLIENT_CLASSIC) {
+        unsigned n = b->map ? atomic_load(&b->map->nnodes) : 1, i;
+
+        w->actx = calloc(SLOTMAP_MAX_NODES, sizeof(*w->actx));
+        if (!w->actx) {
+            snprintf(w->first_error, sizeof(w->first_error), "out of memory");
+            return false;
+        }
+        for (i = 0; i < n; i++) {
+            const char *host = b->map ? b->map->nodes[i].host : cfg->host;
+            int port = b->map ? b->map->nodes[i].port : cfg->port;
+            redisAsyncContext *ac;
+
+            if (b->map && !atomic_load(&b->map->nodes[i].master))
+                continue;
+            ac = redisAsyncConnect(host, port);
+            if (!ac || ac->err) {
+                snprintf(w->first_error, sizeof(w->first_error), "redisAsyncConnect %s:%d: %s",
+                         host, port, ac ? ac->errstr : "out of memory");
+                if (ac)
+                    redisAsyncFree(ac);
+                return false;
+            }
+            ac->data = &w->actx[i];
+            w->actx[i] = ac;
+            if (redisLibeventAttach(ac, w->evbase) != REDIS_OK ||
+                redisAsyncSetDisconnectCallback(ac, classic_async_disconnected) != REDIS_OK) {
+                snprintf(w->first_error, sizeof(w->first_error), "redisLibeventAttach failed");
+                return false;
+            }
+            if (cfg->password) {
+                const char *av[3] = {"AUTH", cfg->user ? cfg->user : cfg->password,
+                                     cfg->password};
+
+                /* queued until connected; a refusal shows in the warm-up */
+                redisAsyncCommandArgv(ac, NULL, NULL, cfg->user ? 3 : 2, av, NULL);
+            }
+        }
+    } else if (cfg->event_loop == LOOP_LIBEVENT) {
+        w->rloop = rcp_libevent_loop(w->evbase);
+    }
+#endif
+#ifdef RCP_BENCH_LIBUV
+    if (cfg->event_loop == LOOP_LIBUV) {
+        uv_loop_t *uv = malloc(sizeof(*uv));
+
+        if (!uv || uv_loop_init(uv) != 0) {
+            free(uv);
+            snprintf(w->first_error, sizeof(w->first_error), "uv_loop_init failed");
+            return false;
+        }
+        w->uvloop = uv;
+        w->rloop = rcp_libuv_loop(uv);
+    }
+#endif
+    if (cfg->client == CLIENT_RCPIPE) {
+        rcp_conn_options o = b->opts;
+        int rc;
+
+        if (!w->rloop) {
+            snprintf(w->first_error, sizeof(w->first_error), "rcp_loop for --event-loop failed");
+            return false;
+        }
+        o.loop = w->rloop;
+        if (b->map) {
+            rcp_cluster_options co = b->copts;
+
+            co.node = &o;
+            rc = rcp_cluster_open(&co, &w->own_cluster, err, sizeof(err));
+            if (rc != RCP_OK) {
+                snprintf(w->first_error, sizeof(w->first_error),
+                         "--event-loop in cluster mode: this build's rcp_cluster_open "
+                         "refuses the node option `loop` (the cluster handle cannot run on "
+                         "an application loop yet; --event-loop works against a single "
+                         "node); it said: %s%s%s", rcp_strerror(rc), err[0] ? ": " : "", err);
+                return false;
+            }
+        } else {
+            rc = rcp_conn_open(&o, &w->own_conn, err, sizeof(err));
+            if (rc != RCP_OK) {
+                snprintf(w->first_error, sizeof(w->first_error), "rcp_conn_open on the loop: "
+                         "%s (%s)", err, rcp_strerror(rc));
+                return false;
+            }
+        }
+    }
+    /* Warm-up: connections are made (and, in a cluster, every master
+     * reached) before the timed phase. */
+    w->warmup = true;
+    cb_first_window(w);
+    own_loop_run(w);
+    w->warmup = false;
+    if (w->connect_failed)
+        return false;
+    if (cfg->client == CLIENT_RCPIPE)
+        w->own_st_ok = handle_stats(w->own_conn, w->own_cluster, &w->own_st0, &w->own_cl0,
+                                    &w->own_nodes);
+    return true;
+}
+
+/* After the run, on the worker's thread: the counters, then the handles
+ * and the loop, in the order the adapters ask for. */
+static void own_teardown(worker *w)
+{
+    unsigned i;
+
+    if (w->own_st_ok)
+        w->own_st_ok = handle_stats(w->own_conn, w->own_cluster, &w->own_st1, &w->own_cl1,
+                                    &w->own_nodes);
+    rcp_conn_close(w->own_conn);
+    rcp_cluster_close(w->own_cluster);
+    w->own_conn = NULL;
+    w->own_cluster = NULL;
+    if (w->actx) {
+        for (i = 0; i < SLOTMAP_MAX_NODES; i++)
+            if (w->actx[i])
+                redisAsyncFree(w->actx[i]); /* its disconnect callback clears the entry */
+        free(w->actx);
+        w->actx = NULL;
+    }
+    rcp_loop_free(w->rloop);
+    w->rloop = NULL;
+#ifdef RCP_BENCH_LIBUV
+    if (w->uvloop) {
+        uv_run((uv_loop_t *)w->uvloop, UV_RUN_DEFAULT); /* lets the adapter's handles close */
+        uv_loop_close((uv_loop_t *)w->uvloop);
+        free(w->uvloop);
+        w->uvloop = NULL;
+    }
+#endif
+#ifdef RCP_BENCH_LIBEVENT
+    if (w->evbase) {
+        event_base_free(w->evbase);
+        w->evbase = NULL;
+    }
+#endif
+}
+
 /* ------------------------------------------ explicit pipeline (classic) */
 
 /* Appends every request of the group to its connection (its master's in
@@ -1559,7 +2185,12 @@ static void run_requests(worker *w)
 {
     const config *cfg = w->b->cfg;
 
-    if (cfg->pipeline > 1 && cfg->client == CLIENT_CLASSIC)
+    if (cfg->async_depth && (cfg->client == CLIENT_CLASSIC || cfg->event_loop)) {
+        cb_first_window(w); /* then the completions refill, on the worker's own loop */
+        own_loop_run(w);
+    } else if (cfg->async_depth && cfg->refill_callback) {
+        run_callback_threads(w);
+    } else if (cfg->pipeline > 1 && cfg->client == CLIENT_CLASSIC)
         run_pipeline_classic(w);
     else if (cfg->pipeline > 1 || cfg->async_depth)
         run_async(w);
@@ -1573,7 +2204,11 @@ static void *worker_main(void *arg)
     worker *w = arg;
     bench *b = w->b;
 
-    if (b->cfg->client == CLIENT_CLASSIC && b->map) {
+    bool own = b->cfg->async_depth && (b->cfg->client == CLIENT_CLASSIC || b->cfg->event_loop);
+
+    if (own) {
+        /* below, once the request slots exist */
+    } else if (b->cfg->client == CLIENT_CLASSIC && b->map) {
         /* Connections are opened on first use, per master. */
         w->conns = calloc(SLOTMAP_MAX_NODES, sizeof(*w->conns));
         if (!w->conns) {
@@ -1597,16 +2232,21 @@ static void *worker_main(void *arg)
         } else {
             for (i = 0; i < depth; i++) {
                 w->reqs[i].w = w;
+                w->reqs[i].key = w->keys + i * (strlen(b->cfg->key_prefix) + 21);
                 w->free_list[depth - 1 - i] = i;
             }
             w->nfree = depth;
         }
     }
+    if (own && !w->connect_failed && !own_setup(w))
+        w->connect_failed = true;
     pthread_barrier_wait(&b->ready); /* every connection is up */
     pthread_barrier_wait(&b->go);    /* the "before" snapshot is taken */
     if (!w->connect_failed && !atomic_load(&b->stop))
         run_requests(w);
     w->end_ns = now_ns();
+    if (own)
+        own_teardown(w);
 
     pthread_mutex_lock(&b->mu);
     b->finished++;
@@ -1640,6 +2280,7 @@ typedef struct results {
     hist *all, *sets, *gets;
     bool server_ok;
     double server_cpu_us_per_op;
+    double server_proc_cpu_us_per_op; /* from /proc/<pid>/stat; NAN if not read */
     uint64_t server_commands;
     double client_cpu_us_per_op;
     double ctx_switches_per_op;
@@ -1671,6 +2312,15 @@ typedef struct results {
 static const char *mode_name(const config *cfg)
 {
     return cfg->async_depth ? "async" : cfg->pipeline > 1 ? "pipeline" : "sync";
+}
+
+/* Who sends the next async request: the worker thread when half the
+ * window is back, or the completion's callback. */
+static const char *refill_name(const config *cfg)
+{
+    if (cfg->event_loop || cfg->client == CLIENT_CLASSIC || cfg->refill_callback)
+        return "callback";
+    return "worker";
 }
 
 static double ratio_or_nan(double num, double den)
@@ -1741,7 +2391,16 @@ static void print_results(const config *cfg, const results *r)
     print_row("Totals", r->all, r->ops, true, r->hits, r->misses, r->set_bytes + r->get_bytes,
               r, true, lib);
     printf("%s\n", dash);
-    if (cfg->client == CLIENT_RCPIPE && r->cluster)
+    if (cfg->event_loop)
+        printf("client               rcpipe, %u threads each running its own %s loop with "
+               "its own %s on it, refilled from the callbacks\n", cfg->threads,
+               cfg->event_loop == LOOP_LIBEVENT ? "libevent" : "libuv",
+               r->cluster ? "cluster handle" : "rcp_conn");
+    else if (cfg->client == CLIENT_CLASSIC && cfg->async_depth)
+        printf("client               classic async, %u threads each running its own libevent "
+               "loop with a redisAsyncContext per master, refilled from the callbacks\n",
+               cfg->threads);
+    else if (cfg->client == CLIENT_RCPIPE && r->cluster)
         printf("client               rcpipe, %u threads on one cluster handle, %zu node "
                "connections (io-threads %u, batch-delay-us %u, fast-path %s, read-policy %s)\n",
                cfg->threads, r->lib_nodes, r->io_threads, r->batch_delay_us,
@@ -1762,9 +2421,13 @@ static void print_results(const config *cfg, const results *r)
            r->elapsed_s, r->errors);
     printf("mode                 %s", mode_name(cfg));
     if (cfg->async_depth)
-        printf(", %u requests in flight per thread", cfg->async_depth);
+        printf(", %u requests in flight per thread, refilled by %s", cfg->async_depth,
+               refill_name(cfg));
     if (cfg->pipeline > 1)
         printf(", groups of %u requests per thread", cfg->pipeline);
+    if (cfg->series_max)
+        printf(", runs of %u..%u requests back to back per due time", cfg->series_min,
+               cfg->series_max);
     printf("\n");
     if (cfg->rate)
         printf("rate limit           offered %.0f ops/sec (%" PRIu64 " per thread), "
@@ -1773,9 +2436,10 @@ static void print_results(const config *cfg, const results *r)
                ratio_or_nan((double)r->ops, r->elapsed_s));
     printf("gets                 %" PRIu64 " hits, %" PRIu64 " misses\n", r->hits, r->misses);
     if (r->server_ok)
-        printf("server CPU           %.3f us/op (%" PRIu64 " commands%s)\n",
+        printf("server CPU           %.3f us/op (%" PRIu64 " commands%s); from "
+               "/proc/PID/stat %.3f us/op\n",
                r->server_cpu_us_per_op, r->server_commands,
-               r->cluster ? ", summed over the masters" : "");
+               r->cluster ? ", summed over the masters" : "", r->server_proc_cpu_us_per_op);
     else
         printf("server CPU           n/a (INFO failed)\n");
     if (r->cluster && r->server_ok && r->replicas_ok)
@@ -1866,6 +2530,9 @@ static bool write_json(const config *cfg, const results *r)
     json_num(f, "p999_us", any ? (double)hist_percentile(h, 99.9) / 1e3 : NAN, false);
     json_num(f, "max_us", any ? (double)h->max_ns / 1e3 : NAN, false);
     json_num(f, "server_cpu_us_per_op", r->server_ok ? r->server_cpu_us_per_op : NAN, false);
+    json_num(f, "server_proc_cpu_us_per_op", r->server_ok ? r->server_proc_cpu_us_per_op : NAN,
+             false);
+    json_u64(f, "server_commands", r->server_ok ? r->server_commands : 0);
     json_num(f, "client_cpu_us_per_op", r->client_cpu_us_per_op, false);
     json_num(f, "ctx_switches_per_op", r->ctx_switches_per_op, false);
     json_num(f, "futex_wakes_per_op", r->lib_ok ? r->futex_wakes_per_op : NAN, false);
@@ -1898,6 +2565,17 @@ static bool write_json(const config *cfg, const results *r)
                  r->set_bytes + r->get_bytes);
     fprintf(f, "  \"mode\": \"%s\",\n", mode_name(cfg));
     fprintf(f, "  \"async_depth\": %u,\n", cfg->async_depth);
+    fprintf(f, "  \"refill\": %s%s%s,\n", cfg->async_depth ? "\"" : "",
+            cfg->async_depth ? refill_name(cfg) : "null", cfg->async_depth ? "\"" : "");
+    fprintf(f, "  \"event_loop\": %s,\n", cfg->event_loop == LOOP_LIBEVENT ? "\"libevent\""
+                                           : cfg->event_loop == LOOP_LIBUV ? "\"libuv\""
+                                                                           : "null");
+    if (cfg->series_max) {
+        json_u64(f, "series_min", cfg->series_min);
+        json_u64(f, "series_max", cfg->series_max);
+    } else {
+        fprintf(f, "  \"series_min\": null,\n  \"series_max\": null,\n");
+    }
     fprintf(f, "  \"pipeline\": %u,\n", cfg->pipeline);
     json_num(f, "worker_sleeps_per_op",
              cfg->client == CLIENT_RCPIPE && (cfg->async_depth || cfg->pipeline > 1)
@@ -2007,32 +2685,26 @@ typedef struct lib_snap {
 
 static bool lib_snap_read(const bench *b, lib_snap *out)
 {
-    memset(out, 0, sizeof(*out));
-    if (b->conn)
-        return rcp_conn_get_stats(b->conn, &out->conn) == RCP_OK;
-    if (b->cluster) {
-        size_t cap = 64, n, i;
-        rcp_cluster_node_info *ni;
+    return handle_stats(b->conn, b->cluster, &out->conn, &out->cl, &out->nodes);
+}
 
-        if (rcp_cluster_get_stats(b->cluster, &out->cl) != RCP_OK)
+/* --event-loop: the sum of the workers' own handles, as each read them
+ * on its thread before (after = false) or after its run. */
+static bool lib_snap_own(const bench *b, bool after, lib_snap *out)
+{
+    unsigned i;
+
+    memset(out, 0, sizeof(*out));
+    for (i = 0; i < b->cfg->threads; i++) {
+        const worker *w = &b->workers[i];
+
+        if (!w->own_st_ok)
             return false;
-        for (;;) {
-            ni = malloc(cap * sizeof(*ni));
-            if (!ni)
-                return false;
-            n = rcp_cluster_get_nodes(b->cluster, ni, cap);
-            if (n <= cap)
-                break;
-            free(ni);
-            cap = n + 16;
-        }
-        for (i = 0; i < n; i++)
-            rcp_conn_stats_add(&out->conn, &ni[i].conn);
-        out->nodes = n;
-        free(ni);
-        return true;
+        rcp_conn_stats_add(&out->conn, after ? &w->own_st1 : &w->own_st0);
+        cl_stats_add(&out->cl, after ? &w->own_cl1 : &w->own_cl0);
+        out->nodes += w->own_nodes;
     }
-    return false;
+    return true;
 }
 
 /* ------------------------------------------------------------------ main */
@@ -2246,8 +2918,6 @@ int main(int argc, char **argv)
     slotmap *map = NULL;
     usage_snap u0, u1;
     lib_snap st0, st1;
-    rcp_conn_options o;
-    rcp_cluster_options co;
     pthread_condattr_t ca;
     pthread_attr_t ta;
     char err[512];
@@ -2314,6 +2984,8 @@ int main(int argc, char **argv)
         preload(&cfg, b.value);
 
     if (cfg.client == CLIENT_RCPIPE) {
+        rcp_conn_options o; /* kept in b.opts for --event-loop's per-thread handles */
+
         rcp_conn_options_init(&o);
         o.host = cfg.host;
         o.port = cfg.port;
@@ -2329,21 +3001,24 @@ int main(int argc, char **argv)
         res.batch_delay_us = o.batch_delay_us;
         res.fast_path = o.fast_path;
         err[0] = '\0';
-        if (cfg.cluster) {
-            char seeds[300];
+        b.opts = o;
+        snprintf(b.seeds, sizeof(b.seeds), strchr(cfg.host, ':') ? "[%s]:%d" : "%s:%d",
+                 cfg.host, cfg.port);
+        rcp_cluster_options_init(&b.copts);
+        b.copts.seeds = b.seeds;
+        b.copts.read_policy = cfg.read_policy;
+        if (cfg.event_loop) {
+            /* each worker opens its own handle on its own loop */
+        } else if (cfg.cluster) {
+            rcp_cluster_options co = b.copts;
             int rc;
 
-            snprintf(seeds, sizeof(seeds), strchr(cfg.host, ':') ? "[%s]:%d" : "%s:%d",
-                     cfg.host, cfg.port);
-            rcp_cluster_options_init(&co);
-            co.seeds = seeds;
-            co.read_policy = cfg.read_policy;
             co.node = &o; /* host/port ignored there */
             rc = rcp_cluster_open(&co, &b.cluster, err, sizeof(err));
             if (rc != RCP_OK) {
                 if (err[0])
                     die_run("rcp_cluster_open: %s (%s)", err, rcp_strerror(rc));
-                die_run("rcp_cluster_open %s: %s", seeds, rcp_strerror(rc));
+                die_run("rcp_cluster_open %s: %s", b.seeds, rcp_strerror(rc));
             }
             if (!b.cluster)
                 die_run("rcp_cluster_open returned RCP_OK without a handle");
@@ -2399,6 +3074,12 @@ int main(int argc, char **argv)
         if (sem_init(&w->sem, 0, 0) != 0)
             die_run("sem_init failed: %s", strerror(errno));
         w->sem_ok = true;
+        if (pthread_mutex_init(&w->cb_mu, NULL) != 0)
+            die_run("pthread_mutex_init failed");
+        w->cb_mu_ok = true;
+        /* --refill callback: the callbacks run on rcpipe's I/O thread(s)
+         * while the worker sends its first window */
+        w->cb_lock = cfg.refill_callback && !cfg.event_loop;
         rc = pthread_create(&w->tid, &ta, worker_main, w);
         if (rc != 0)
             /* The barriers count on every thread: no clean way back. */
@@ -2424,6 +3105,8 @@ int main(int argc, char **argv)
     }
     if ((b.conn || b.cluster) && !lib_snap_read(&b, &st0))
         stats_ok = false;
+    if (cfg.event_loop && !connect_failures && !lib_snap_own(&b, false, &st0))
+        stats_ok = false;
     u0 = usage_now();
     start = now_ns();
     b.start_ns = start;
@@ -2444,7 +3127,8 @@ int main(int argc, char **argv)
     if (connect_failures) {
         for (i = 0; i < cfg.threads; i++)
             if (b.workers[i].connect_failed) {
-                fprintf(stderr, PROG ": classic client, thread %u: %s\n", i,
+                fprintf(stderr, PROG ": %s client, thread %u: %s\n",
+                        cfg.client == CLIENT_CLASSIC ? "classic" : "rcpipe", i,
                         b.workers[i].first_error);
                 break;
             }
@@ -2459,6 +3143,8 @@ int main(int argc, char **argv)
     /* "After" snapshot. */
     u1 = usage_now();
     if ((b.conn || b.cluster) && !lib_snap_read(&b, &st1))
+        stats_ok = false;
+    if (cfg.event_loop && !lib_snap_own(&b, true, &st1))
         stats_ok = false;
     if (map) {
         res.server_ok = cluster_info_read(&cfg, map, &ci1, err, sizeof(err));
@@ -2519,6 +3205,10 @@ int main(int argc, char **argv)
         res.server_commands = si1.commands - si0.commands;
         res.master_cpu_us = ((si1.cpu_user + si1.cpu_sys) - (si0.cpu_user + si0.cpu_sys)) * 1e6;
         res.server_cpu_us_per_op = ratio_or_nan(res.master_cpu_us, (double)res.server_commands);
+        res.server_proc_cpu_us_per_op =
+            si0.proc_ok && si1.proc_ok
+                ? ratio_or_nan((si1.proc_cpu - si0.proc_cpu) * 1e6, (double)res.server_commands)
+                : NAN;
     }
     res.client_cpu_us_per_op = ratio_or_nan((u1.cpu_s - u0.cpu_s) * 1e6, (double)res.ops);
     res.ctx_switches_per_op = ratio_or_nan((double)(u1.ctxsw - u0.ctxsw), (double)res.ops);
@@ -2528,10 +3218,10 @@ int main(int argc, char **argv)
     }
     if (map && cfg.client == CLIENT_CLASSIC)
         res.refreshes = atomic_load(&map->reloads);
-    if ((b.conn || b.cluster) && !stats_ok)
+    if ((b.conn || b.cluster || cfg.event_loop) && !stats_ok)
         fprintf(stderr, PROG ": reading the library's stats failed: library counters not "
                 "reported\n");
-    if ((b.conn || b.cluster) && stats_ok) {
+    if ((b.conn || b.cluster || cfg.event_loop) && stats_ok) {
         const rcp_conn_stats *s0 = &st0.conn, *s1 = &st1.conn;
         uint64_t lib_requests;
 
@@ -2546,7 +3236,7 @@ int main(int argc, char **argv)
         res.lib.futex_wakes = s1->futex_wakes - s0->futex_wakes;
         res.lib.loop_wakes = s1->loop_wakes - s0->loop_wakes;
         lib_requests = res.lib.requests;
-        if (b.cluster) {
+        if (b.cluster || (cfg.event_loop && cfg.cluster)) {
             const rcp_cluster_stats *c0 = &st0.cl, *c1 = &st1.cl;
 
             res.cl_ok = true;
@@ -2611,6 +3301,8 @@ int main(int argc, char **argv)
 
         if (w->sem_ok)
             sem_destroy(&w->sem);
+        if (w->cb_mu_ok)
+            pthread_mutex_destroy(&w->cb_mu);
         free(w->reqs);
         free(w->free_list);
         free(w->keys);

@@ -45,6 +45,13 @@ single=127.0.0.1:$node_port
 echo "smoke: node $single, cluster seed $seed"
 
 runs=0
+# The loop-based modes exist only where rcp-bench was built with the
+# libraries (its --help is the same either way; a probe tells).
+have_libevent="" loops=""
+probe() { "$BENCH" -s "$single" -t 1 -n 1 --async-depth 1 "$@" >/dev/null 2>&1; }
+probe --client classic && have_libevent=1
+probe --event-loop libevent && loops="$loops libevent"
+probe --event-loop libuv && loops="$loops libuv"
 # run NAME EXPECTED_MODE [rcp-bench options...]: one short run, checked.
 run() {
     local name=$1 mode=$2 out=$tmp/run.txt json=$tmp/run.json rc=0
@@ -104,6 +111,26 @@ for target in "$single" "$seed"; do
     run "rate limited async ($target)" async -s "$target" --rate-limiting 300 --async-depth 4
     run "key patterns S:G ($target)" sync -s "$target" --key-pattern S:G --ratio 1:1
     run "count allocs ($target)" async -s "$target" --count-allocs --async-depth 8
+    run "async callback refill ($target)" async -s "$target" --async-depth 8 --refill callback
+    run "series ($target)" sync -s "$target" --rate-limiting 300 --series 5:15
+    run "series classic ($target)" sync -s "$target" --rate-limiting 300 --series 2:4 --client classic
+    if [ -n "$have_libevent" ]; then
+        run "classic async ($target)" async -s "$target" --async-depth 8 --client classic
+    fi
+done
+# rcpipe on the application's loop: one node now; a cluster handle may
+# still refuse the node option `loop`, and must then say so clearly.
+for l in $loops; do
+    run "event loop $l (single)" async -s "$single" --async-depth 8 --event-loop "$l"
+    rc=0
+    "$BENCH" -s "$seed" -t 2 --test-time "$T" --async-depth 8 --event-loop "$l" \
+        >"$tmp/el.txt" 2>&1 || rc=$?
+    if [ "$rc" != 0 ]; then
+        grep -q "refuses the node option .loop." "$tmp/el.txt" ||
+            fail "event loop $l (cluster): exit $rc without the refusal message: $(tail -3 "$tmp/el.txt")"
+    else
+        grep -q '^ALL STATS$' "$tmp/el.txt" || fail "event loop $l (cluster): no ALL STATS"
+    fi
 done
 run "cluster mode forced" sync -s "$seed" --cluster-mode --key-pattern G
 
@@ -141,7 +168,16 @@ bad --key-pattern RS
 bad --async-depth 0
 bad --pipeline 0
 bad --pipeline 4 --async-depth 4
-bad --async-depth 4 --client classic
+bad --async-depth 4 --client classic --refill callback
+bad --async-depth 4 --client classic --rate-limiting 10
+bad --event-loop libevent
+bad --event-loop epoll --async-depth 4
+bad --event-loop libevent --async-depth 4 --client classic
+bad --refill sometimes --async-depth 4
+bad --refill callback --async-depth 2048 -t 3
+bad --series 5:15
+bad --series 15:5 --rate-limiting 10
+bad --series 5:15 --rate-limiting 10 --async-depth 4
 bad --count-allocs --client classic
 bad --rate-limiting 0
 bad --rate-limiting 100 --pipeline 4

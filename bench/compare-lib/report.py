@@ -115,7 +115,7 @@ def commands(runs, step, limit=4):
     """The exact commands of the first repetition of the first few variants."""
     seen, lines = set(), []
     for r in sel(runs, step):
-        if r["step"] != "5" and r["rep"] != "1":
+        if r["step"] not in ("5", "8") and r["rep"] != "1":
             continue
         key = (r["group"], r["variant"])
         if key in seen or len(lines) >= limit:
@@ -128,6 +128,7 @@ def commands(runs, step, limit=4):
 def shorten(cmd):
     """Temporary paths out of a command line, so the docs read well."""
     cmd = re.sub(r"\S*/(rcp-bench)\b", r"build/bench/\1", cmd)
+    cmd = re.sub(r"(perf stat -x, -o)\s*\S+", r"\1 FILE", cmd)
     cmd = re.sub(r"(--json-out-file|--callgrind-out-file=|--log-file=)\s*\S+",
                  lambda mo: mo.group(1) + ("" if mo.group(1).endswith("=") else " ") + "FILE",
                  cmd)
@@ -356,6 +357,140 @@ def step5(runs):
                   "library allocations/request (--count-allocs)"], rows), found
 
 
+# ---- steps 6-8 (issue 12) ----------------------------------------------------
+
+S6_ORDER = ["classic-async", "rcpipe-async", "rcpipe-callback", "rcpipe-libevent", "rcpipe-libuv"]
+
+
+def step6(runs):
+    groups = distinct(runs, 6, "group")
+    if not groups:
+        return None
+    rows = []
+    for g in groups:
+        where, shape = g.split("-", 1)
+        base = "classic-async"
+        for v in S6_ORDER:
+            rs = sel(runs, 6, g, v)
+            if not rs:
+                continue
+            ops = m(runs, 6, g, v, "ops_per_sec")
+            b_ops = m(runs, 6, g, base, "ops_per_sec")
+            rr = per_rep_ratios(runs, 6, g, v, base, "ops_per_sec")
+            cpu = m(runs, 6, g, v, "server_cpu_us_per_op")
+            b_cpu = m(runs, 6, g, base, "server_cpu_us_per_op")
+            cr = per_rep_ratios(runs, 6, g, v, base, "server_cpu_us_per_op")
+            rows.append(["3 masters + 3 replicas" if where == "cluster" else "one node",
+                         shape, v, fmt(ops, 0),
+                         "1.00×" if v == base else ratio(ops, b_ops, rr),
+                         (f"{min(rr):.2f}–{max(rr):.2f}" if rr else "n/a") if v != base else "—",
+                         fmt(cpu, 2), "—" if v == base else ratio(cpu, b_cpu, cr),
+                         fmt(m(runs, 6, g, v, "p50_us")), fmt(m(runs, 6, g, v, "p99_us")),
+                         fmt(m(runs, 6, g, v, "commands_per_write")),
+                         fmt(m(runs, 6, g, v, "futex_wakes_per_op"), 2),
+                         fmt(m(runs, 6, g, v, "client_cpu_us_per_op"), 2)])
+    return table(["server", "threads×depth", "client", "ops/s", "vs classic async",
+                  "per-rep range", "srv CPU µs/op", "srv CPU vs classic", "p50 µs", "p99 µs",
+                  "cmds/write", "futex wakes/op", "client CPU µs/op"], rows)
+
+
+def step7(runs, out):
+    groups = [g for g in distinct(runs, 7, "group") if g.startswith("load")]
+    if not groups:
+        return None, ""
+    rows, dat = [], []
+    for g in sorted(groups, key=lambda x: int(x[4:])):
+        load = int(g[4:])
+        line = [load]
+        for v in ("classic", "rcpipe"):
+            off = m(runs, 7, g, v, "offered_ops_per_sec")
+            ach = m(runs, 7, g, v, "ops_per_sec")
+            cpu = m(runs, 7, g, v, "server_proc_cpu_us_per_op")
+            if cpu is None:
+                cpu = m(runs, 7, g, v, "server_cpu_us_per_op")
+            core = cpu * ach / 1e6 * 100 if cpu is not None and ach is not None else None
+            rows.append([f"{load}%", v, fmt(off, 0), fmt(ach, 0),
+                         fmt(ach / off * 100 if ach and off else None, 1) + "%",
+                         fmt(cpu, 2), fmt(core, 1) + "%",
+                         fmt(m(runs, 7, g, v, "p50_us")), fmt(m(runs, 7, g, v, "p99_us")),
+                         fmt(m(runs, 7, g, v, "commands_per_write"))])
+            line += [off, ach, cpu, core]
+        dat.append(line)
+    try:
+        with open(os.path.join(out, "series_load.dat"), "w") as f:
+            f.write("# load% classic: offered achieved cpu_us_op core% rcpipe: same\n")
+            for line in dat:
+                f.write(" ".join("nan" if x is None else f"{x:g}" for x in line) + "\n")
+    except OSError:
+        pass
+    # The article's headline: how server CPU grows with load for each.
+    note = ""
+    # Only levels that both clients served (95% of the offered rate): past
+    # saturation the CPU says how much was done, not what the load cost.
+    ok = [d for d in dat if d[4] and d[8] and d[1] and d[2] >= 0.95 * d[1]
+          and d[6] >= 0.95 * d[5]]
+    if len(ok) >= 2:
+        lo, hi = ok[0], ok[-1]
+        note = (f"From {lo[0]}% to {hi[0]}% of the classic maximum (the highest level both "
+                f"clients served), offered load grew "
+                f"{hi[1] / lo[1]:.1f}×; the masters' CPU grew {hi[4] / lo[4]:.2f}× with classic "
+                f"and {hi[8] / lo[8]:.2f}× with rcpipe (the article: 4× the load, 1.6× the "
+                "Redis CPU with its pipelining connector).")
+    return table(["load (of classic max)", "client", "offered ops/s", "achieved ops/s",
+                  "achieved", "srv CPU µs/op (/proc)", "masters' CPU (of one core)",
+                  "p50 µs", "p99 µs", "cmds/write"], rows), note
+
+
+def perf_counts(base):
+    """perf stat -x, output: {event name: count}."""
+    counts = {}
+    for line in read_text(base + ".perf").splitlines():
+        p = line.split(",")
+        if len(p) >= 3 and p[0].strip().isdigit():
+            counts[p[2].split(":")[-1].replace("sys_enter_", "")] = int(p[0])
+    return counts
+
+
+S8_GROUPS = {"futex": ["futex"],
+             "wait": ["epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select",
+                      "pselect6"],
+             "send": ["sendto", "write", "writev", "sendmsg"],
+             "recv": ["recvfrom", "read", "readv", "recvmsg"]}
+
+
+def step8(runs):
+    groups = distinct(runs, 8, "group")
+    if not groups:
+        return None, {}
+    rows, found = [], {}
+    for g in groups:
+        def two(tool):
+            xs = {int(r["rep"]): r for r in sel(runs, 8, g, tool) if r["status"] == "ok"}
+            ns = sorted(xs)
+            return (xs[ns[0]], xs[ns[-1]], ns[-1] - ns[0]) if len(ns) >= 2 else None
+        instr = None
+        t = two("callgrind")
+        if t:
+            a, b = callgrind_total(t[0]["base"]), callgrind_total(t[1]["base"])
+            if a is not None and b is not None:
+                instr = (b - a) / t[2]
+        sc = {}
+        t = two("syscalls")
+        if t:
+            a, b = perf_counts(t[0]["base"]), perf_counts(t[1]["base"])
+            if "raw_syscalls" in a or "sys_enter" in a:
+                key = "sys_enter"
+                sc["all"] = (b.get(key, 0) - a.get(key, 0)) / t[2]
+                for name, evs in S8_GROUPS.items():
+                    sc[name] = sum(b.get(e, 0) - a.get(e, 0) for e in evs) / t[2]
+        name, d = g.rsplit("-d", 1)
+        found[g] = (instr, sc)
+        rows.append([name, d, fmt(instr, 0)] +
+                    [fmt(sc.get(k), 2) for k in ("all", "futex", "wait", "send", "recv")])
+    return table(["client", "depth (sync: threads)", "instructions/request",
+                  "syscalls/request", "futex", "epoll/poll", "send/write", "recv/read"],
+                 rows), found
+
 # ---- targets -----------------------------------------------------------------
 
 def verdict(value, limit, higher_is_better):
@@ -438,6 +573,38 @@ STEP5_TEXT = ("On the 3-master cluster, GET 64 B, a fixed number of requests per
     "`total heap usage` (library, hiredis and the bench tool's own); the "
     "library's own allocations come from rcp-bench `--count-allocs` (the "
     "allocator hooks; hiredis's reader allocations are not hooked). Commands:\n")
+
+
+STEP6_TEXT = ("GET 64 B, T threads each keeping D requests in flight, closed loop. "
+    "`classic-async` is hiredis 0.14's own async API: each thread runs a libevent "
+    "`event_base` with one `redisAsyncContext` per master (routed by the bench's slot "
+    "map; a MOVED would count as an error: the cluster is stable), and each reply's "
+    "callback sends the next request, so D stay in flight. `rcpipe-async` is rcpipe's "
+    "async mode as in step 2 (one shared handle; the thread refills when half its "
+    "window is back); `rcpipe-callback` (`--refill callback`) sends the next request "
+    "from the resolve callback on rcpipe's I/O thread, the same shape as classic's; "
+    "`rcpipe-libevent`/`rcpipe-libuv` (`--event-loop`) give each thread its own "
+    "loop and its own handle on it (`rcp_conn_options.loop`), refilled from the "
+    "callbacks. Ratios are against classic-async in the same repetition. Commands "
+    "(first shape):\n")
+STEP7_TEXT = ("The shape of the RedisPipe article's benchmark: 64 threads, each on a fixed "
+    "schedule (`--rate-limiting`) that starts a run of 5 to 15 requests back to back "
+    "(`--series 5:15`; latency from the run's due time for its first request, from its "
+    "own send for the others), GET 64 B, at rising fractions of the classic client's "
+    "closed-loop maximum at 64 threads ({mx} ops/s), until classic no longer achieves "
+    "95% of the offered rate. Server CPU is utime+stime of the masters' redis-server "
+    "processes (`/proc/PID/stat`, the pid from `INFO`) over the run, divided by their "
+    "`total_commands_processed` delta. Commands (first level):\n")
+STEP8_TEXT = ("The numbers that do not move on a noisy machine. Each client runs a fixed "
+    "number of GETs twice, N and 2N requests in all (sync clients: D threads, N/D "
+    "each; async: one thread, D in flight), and the difference is divided by N, so "
+    "start-up, connecting and the slot map cancel. Instructions: callgrind's "
+    "user-space count of the whole process (under valgrind the threads take turns, so "
+    "batches are not what they are natively). System calls: `perf stat` of the "
+    "`raw_syscalls:sys_enter` tracepoint and the per-call ones, whole process, native "
+    "speed; `epoll/poll` counts every epoll_wait/epoll_pwait(2)/poll, `send/write` and "
+    "`recv/read` include eventfd wakes. `node-` rows run against one plain server. "
+    "Commands (first client):\n")
 
 
 def img(out, name, alt):
@@ -530,8 +697,35 @@ def report(out):
         p.append(STEP5_TEXT)
         p.append(commands(runs, 5, 3) + "\n")
         p.append(t5 + "\n")
-    p.append("### Targets\n")
-    p.append(targets(runs, s5) + "\n")
+    t6 = step6(runs)
+    if t6:
+        p.append("### 6. Async peers: classic async against rcpipe async\n")
+        p.append(STEP6_TEXT)
+        p.append(commands(runs, 6, 5) + "\n")
+        p.append(t6 + "\n")
+    t7, note7 = step7(runs, out)
+    if t7:
+        mx = ""
+        try:
+            with open(os.path.join(out, "s7-classic-max.txt")) as f:
+                mx = f"{float(f.read()):,.0f}"
+        except (OSError, ValueError):
+            pass
+        p.append("### 7. The RedisPipe article's load: server CPU against offered load\n")
+        p.append(STEP7_TEXT.format(mx=mx))
+        p.append(commands(runs, 7, 2) + "\n")
+        p.append(t7 + "\n")
+        if note7:
+            p.append(note7 + "\n")
+    t8, _ = step8(runs)
+    if t8:
+        p.append("### 8. Instructions and system calls per request\n")
+        p.append(STEP8_TEXT)
+        p.append(commands(runs, 8, 4) + "\n")
+        p.append(t8 + "\n")
+    if any(r["step"] in "12345" for r in runs):
+        p.append("### Targets\n")
+        p.append(targets(runs, s5) + "\n")
     return "\n".join(p)
 
 
