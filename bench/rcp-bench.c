@@ -2008,10 +2008,8 @@ static bool own_setup(worker *w)
             rc = rcp_cluster_open(&co, &w->own_cluster, err, sizeof(err));
             if (rc != RCP_OK) {
                 snprintf(w->first_error, sizeof(w->first_error),
-                         "--event-loop in cluster mode: this build's rcp_cluster_open "
-                         "refuses the node option `loop` (the cluster handle cannot run on "
-                         "an application loop yet; --event-loop works against a single "
-                         "node); it said: %s%s%s", rcp_strerror(rc), err[0] ? ": " : "", err);
+                         "--event-loop in cluster mode: rcp_cluster_open on the loop: %s%s%s",
+                         rcp_strerror(rc), err[0] ? ": " : "", err);
                 return false;
             }
         } else {
