@@ -12,9 +12,10 @@
 
 #include "clock.h"
 #include "cluster_int.h"
+#include "thread_local.h"
 
 /* The thread's xorshift state; also the seed of its replica choice. */
-static _Thread_local uint64_t tl_seed;
+static RCP__THREAD_LOCAL uint64_t tl_seed;
 
 uint64_t rcp__rnd(void)
 {

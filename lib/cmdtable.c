@@ -51,6 +51,7 @@ struct rcp__cmd {
 };
 
 #include "cmdtable_data.inc"
+#include "thread_local.h"
 
 #define NCMDS (sizeof cmds / sizeof cmds[0])
 
@@ -102,7 +103,7 @@ static const rcp__cmd *find(const char *name)
 /* The last command without subcommands this thread looked up: a thread
  * sending the same command again (the common case) skips the lower-casing
  * and the binary search. */
-static _Thread_local const rcp__cmd *last_cmd;
+static RCP__THREAD_LOCAL const rcp__cmd *last_cmd;
 
 /* The name (lower case in the table) equals s[0..n) ignoring ASCII case. */
 static int same_name(const char *name, const char *s, size_t n)

@@ -9,9 +9,10 @@
 #include "alloc.h"
 #include "clock.h"
 #include "loop.h"
+#include "thread_local.h"
 
-static _Thread_local int on_loop_thread;
-static _Thread_local rcp__loop *current_loop;
+static RCP__THREAD_LOCAL int on_loop_thread;
+static RCP__THREAD_LOCAL rcp__loop *current_loop;
 
 int rcp__loop_on_thread(void)
 {

@@ -26,6 +26,7 @@
 #include "clock.h"
 #include "loop.h"
 #include "rcpipe/adapter.h"
+#include "thread_local.h"
 
 typedef struct fd_watch {
     rcp__loop_src *src; /* NULL: not watched (the eventfd has none either) */
@@ -46,7 +47,7 @@ struct rcp_loop {
 };
 
 /* The loop whose pass runs on this thread, if any. */
-static _Thread_local rcp_loop *in_pass;
+static RCP__THREAD_LOCAL rcp_loop *in_pass;
 
 static fd_watch *find(rcp_loop *l, int fd)
 {

@@ -8,6 +8,7 @@
 
 #include "alloc.h"
 #include "reply.h"
+#include "thread_local.h"
 
 static rcp_reply oom_reply = {
     RCP_REPLY_ERROR, RCP_ERR_OOM, 0, 13, "out of memory", 0, NULL, RCP__REPLY_STATIC,
@@ -27,9 +28,9 @@ typedef struct small_block {
     struct small_block *next;
 } small_block;
 
-static _Thread_local small_block *small_head;
-static _Thread_local unsigned small_count;
-static _Thread_local int small_registered; /* small_key set on this thread */
+static RCP__THREAD_LOCAL small_block *small_head;
+static RCP__THREAD_LOCAL unsigned small_count;
+static RCP__THREAD_LOCAL int small_registered; /* small_key set on this thread */
 static pthread_key_t small_key;
 static pthread_once_t small_once = PTHREAD_ONCE_INIT;
 static int small_key_ok;
@@ -313,7 +314,7 @@ rcp_reply *rcp_reply_dup(const rcp_reply *src)
 /* Which reply the current thread's callback kept. A thread-local, not a
  * flag in the reply: once a callback has handed the reply to another
  * thread (a sync caller), the library must not touch it again. */
-static _Thread_local rcp_reply *kept_reply;
+static RCP__THREAD_LOCAL rcp_reply *kept_reply;
 
 rcp_reply *rcp_reply_keep(rcp_reply *r)
 {
