@@ -282,7 +282,7 @@ static int spawn(rcpt_server *s)
     argv[n++] = "--daemonize";
     argv[n++] = "no";
     for (i = 0; i < s->nargs; i++)
-        argv[n++] = s->args[i];
+        argv[n++] = strcmp(s->args[i], RCPT_PORT_ARG) == 0 ? portbuf : s->args[i];
     argv[n] = NULL;
 
     outfd = open(outpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -314,6 +314,33 @@ static int spawn(rcpt_server *s)
     return 0;
 }
 
+/* A server whose arguments move the port elsewhere (RCPT_PORT_ARG, e.g.
+ * "--port 0 --tls-port @PORT@") cannot answer a plain PING: it is ready
+ * once its port takes a TCP connection (nothing to load: no persistence). */
+static int port_moved(const rcpt_server *s)
+{
+    int i;
+    for (i = 0; i < s->nargs; i++)
+        if (strcmp(s->args[i], RCPT_PORT_ARG) == 0)
+            return 1;
+    return 0;
+}
+
+static int tcp_accepts(int port)
+{
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+    if (fd < 0)
+        return 0;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
 /* 1: answering; 0: the process exited (reaped); -1: timed out. */
 static int wait_ready(rcpt_server *s, int timeout_ms)
 {
@@ -328,7 +355,7 @@ static int wait_ready(rcpt_server *s, int timeout_ms)
             reg_set_pid(s);
             return 0;
         }
-        if (rcpt_ping(s->port, 500))
+        if (port_moved(s) ? tcp_accepts(s->port) : rcpt_ping(s->port, 500))
             return 1;
         if (rcptest_now_ms() > deadline)
             return -1;

@@ -52,6 +52,12 @@ const char *rcpt_server_path(void);
  * with a message (including the server's log tail) in err. */
 int rcpt_server_start(rcpt_server *s, const char *const *extra_args, char *err, size_t errlen);
 
+/* An extra argument replaced by the port picked (the same on restart):
+ * {"--port", "0", "--tls-port", RCPT_PORT_ARG, ...} starts a TLS-only
+ * server; such a server counts as started once its port takes a TCP
+ * connection (a plain PING cannot reach it). */
+#define RCPT_PORT_ARG "@PORT@"
+
 /* kill -9 and reap; the port, directory and arguments are kept. */
 int rcpt_server_kill(rcpt_server *s);
 
