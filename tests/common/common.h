@@ -103,4 +103,11 @@ const char *rcptest_describe(const rcp_reply *r, char *buf, size_t buflen);
 int rcptest_is_int(const rcp_reply *r, long long v);
 int rcptest_is_nil(const rcp_reply *r);
 
+/* TLS (tests/common/tls.c): the test certificates (tests/scripts/tls-certs.sh),
+ * made on first call in a temporary directory removed at exit; the
+ * directory, or NULL with err. rcptest_tls_file("ca.crt") is a path in it
+ * (one of 16 rotating static buffers). */
+const char *rcptest_tls_certs(char *err, size_t errlen);
+const char *rcptest_tls_file(const char *name);
+
 #endif

@@ -630,6 +630,39 @@ void rcpt_options(rcp_conn_options *o, const rcpt_server *s)
     o->port = s->port;
 }
 
+void rcpt_tls_server_start_ok(rcpt_server *s, const char *cert, const char *const *extra)
+{
+    char err[2048], crt[64], key[64];
+    const char *args[RCPT_MAX_EXTRA_ARGS + 1];
+    int n = 0;
+    ck_assert_msg(rcptest_tls_certs(err, sizeof err) != NULL, "TLS certificates: %s", err);
+    snprintf(crt, sizeof crt, "%s.crt", cert);
+    snprintf(key, sizeof key, "%s.key", cert);
+    args[n++] = "--port";
+    args[n++] = "0";
+    args[n++] = "--tls-port";
+    args[n++] = RCPT_PORT_ARG;
+    args[n++] = "--tls-cert-file";
+    args[n++] = rcptest_tls_file(crt);
+    args[n++] = "--tls-key-file";
+    args[n++] = rcptest_tls_file(key);
+    args[n++] = "--tls-ca-cert-file";
+    args[n++] = rcptest_tls_file("ca.crt");
+    args[n++] = "--tls-auth-clients";
+    args[n++] = "no";
+    while (extra && *extra && n < RCPT_MAX_EXTRA_ARGS)
+        args[n++] = *extra++;
+    args[n] = NULL;
+    ck_assert_msg(rcpt_server_start(s, args, err, sizeof err) == 0, "%s", err);
+}
+
+void rcpt_tls_options(rcp_conn_options *o, const rcpt_server *s)
+{
+    rcpt_options(o, s);
+    o->tls = 1;
+    o->tls_ca_file = rcptest_tls_file("ca.crt");
+}
+
 int rcpt_is_string(const rcp_reply *r, const char *s, size_t len)
 {
     return r != NULL && r->type == RCP_REPLY_STRING && r->err == RCP_OK && r->len == len &&
