@@ -611,8 +611,6 @@ int rcpc_job_run(const rcpc_cluster *c, const char *sub, const char *const *args
  * OpenSSL connection to the node. */
 static int tls_mode;
 #ifdef RCPC_WITH_TLS
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -686,21 +684,13 @@ out:
 /* A plain fd whose bytes reach 127.0.0.1:port over TLS; -1 on failure. */
 static int tls_side_fd(int port)
 {
-    struct sockaddr_in a;
-    struct timeval tv = {10, 0};
-    int sv[2], tcp = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int sv[2], tcp = rcptest_connect_loopback(port, 10000);
     tls_pump *pu;
     pthread_t th;
     SSL *ssl;
     if (tcp < 0)
         return -1;
-    setsockopt(tcp, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(tcp, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    ssl = connect(tcp, (struct sockaddr *)&a, sizeof a) == 0 ? SSL_new(side_ctx) : NULL;
+    ssl = SSL_new(side_ctx);
     if (!ssl || !SSL_set_fd(ssl, tcp) || SSL_connect(ssl) != 1 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
         fcntl(tcp, F_SETFL, O_NONBLOCK) != 0) {

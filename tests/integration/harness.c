@@ -328,17 +328,11 @@ static int port_moved(const rcpt_server *s)
 
 static int tcp_accepts(int port)
 {
-    struct sockaddr_in a;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+    int fd = rcptest_connect_loopback(port, 500);
     if (fd < 0)
         return 0;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
     close(fd);
-    return ok;
+    return 1;
 }
 
 /* 1: answering; 0: the process exited (reaped); -1: timed out. */
@@ -585,25 +579,13 @@ void rcpt_server_stop(rcpt_server *s)
 int rcpt_ping(int port, int timeout_ms)
 {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
-    struct sockaddr_in a;
-    struct timeval tv;
     char buf[256];
     size_t got = 0;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = rcptest_connect_loopback(port, timeout_ms);
     int ok = 0;
 
     if (fd < 0)
         return 0;
-    tv.tv_sec = timeout_ms / 1000;
-    tv.tv_usec = (timeout_ms % 1000) * 1000;
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
-        goto out;
     if (send(fd, ping, sizeof ping - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof ping - 1))
         goto out;
     while (got < sizeof buf - 1) {

@@ -35,6 +35,7 @@ static void expect_open_fails(const rcp_conn_options *o, int code, const char *n
     ck_assert_ptr_null(conn);
     ck_assert_msg(strstr(err, n1) != NULL, "'%s' not in: %s", n1, err);
     ck_assert_msg(n2 == NULL || strstr(err, n2) != NULL, "'%s' not in: %s", n2, err);
+    fprintf(stderr, "refused as expected: %s\n", err); /* the causes, for the log */
 }
 
 static char addr_of(rcpt_server *s, char *buf, size_t len)
