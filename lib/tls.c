@@ -544,11 +544,6 @@ const char *rcp__tls_why(struct rcp_conn *c)
     return c->tls ? c->tls->why : "";
 }
 
-int rcp__tls_cert_missing(struct rcp_conn *c)
-{
-    return c->tls && c->tls->cert_asked;
-}
-
 void rcp__tls_end(struct rcp_conn *c)
 {
     rcp__tls *t = c->tls;

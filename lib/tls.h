@@ -63,8 +63,6 @@ int rcp__tls_write(struct rcp_conn *c, const char *buf, size_t len, size_t *off)
 int rcp__tls_peek(struct rcp_conn *c);
 /* The last failure's cause ("" if none). */
 const char *rcp__tls_why(struct rcp_conn *c);
-/* 1 if the server asked for a client certificate and none is set. */
-int rcp__tls_cert_missing(struct rcp_conn *c);
 /* Send close_notify if the session is healthy, free it; c->tls NULL. */
 void rcp__tls_end(struct rcp_conn *c);
 

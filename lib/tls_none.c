@@ -75,12 +75,6 @@ const char *rcp__tls_why(struct rcp_conn *c)
     return "this build of rcpipe has no TLS";
 }
 
-int rcp__tls_cert_missing(struct rcp_conn *c)
-{
-    (void)c;
-    return 0;
-}
-
 void rcp__tls_end(struct rcp_conn *c)
 {
     (void)c;

@@ -198,12 +198,24 @@ START_TEST(tls_plain_client)
 END_TEST
 
 /* A server killed -9 sends no close_notify: the loss is named so. */
-static char lost_msg[512];
+static pthread_mutex_t lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static char lost_msg[512]; /* under lost_mu: written on the I/O thread */
+
 static void on_event(const rcp_event *ev, void *data)
 {
     (void)data;
+    pthread_mutex_lock(&lost_mu);
     if (ev->type == RCP_EVENT_DISCONNECTED && !lost_msg[0])
         snprintf(lost_msg, sizeof lost_msg, "%s", ev->message);
+    pthread_mutex_unlock(&lost_mu);
+}
+
+static int lost_copy(char *buf, size_t len)
+{
+    pthread_mutex_lock(&lost_mu);
+    snprintf(buf, len, "%s", lost_msg);
+    pthread_mutex_unlock(&lost_mu);
+    return buf[0] != '\0';
 }
 
 START_TEST(tls_no_close_notify)
@@ -211,6 +223,7 @@ START_TEST(tls_no_close_notify)
     rcp_conn_options o;
     rcp_reply *r;
     int64_t until;
+    char msg[512];
     rcpt_tls_server_start_ok(&srv, "server", NULL);
     rcpt_tls_options(&o, &srv);
     o.event_cb = on_event;
@@ -218,16 +231,16 @@ START_TEST(tls_no_close_notify)
     conn = rcpt_conn_open_ok(&o);
     r = rcp_conn_command(conn, "PING");
     rcp_reply_free(r);
-    lost_msg[0] = '\0';
+    ck_assert_msg(!lost_copy(msg, sizeof msg), "disconnected before the kill: %s", msg);
     ck_assert_int_eq(rcpt_server_kill(&srv), 0);
     until = rcptest_now_ms() + rcptest_scale(5000);
-    while (!lost_msg[0] && rcptest_now_ms() < until) {
+    while (!lost_copy(msg, sizeof msg) && rcptest_now_ms() < until) {
         r = rcp_conn_command(conn, "PING");
         rcp_reply_free(r);
         rcptest_sleep_ms(20);
     }
-    ck_assert_msg(strstr(lost_msg, "close_notify") != NULL || strstr(lost_msg, "reset") != NULL,
-                  "disconnect cause: '%s'", lost_msg);
+    ck_assert_msg(strstr(msg, "close_notify") != NULL || strstr(msg, "reset") != NULL,
+                  "disconnect cause: '%s'", msg);
 }
 END_TEST
 
