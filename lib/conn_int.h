@@ -8,6 +8,8 @@
  *                   read, dispatch replies, timers
  *   conn_fast.c     sync calls: the caller's own future, and the lone-caller
  *                   fast path (the caller does its own write and read)
+ *   tls.c           TLS (tls.h): with c->tls set, the write and read below
+ *                   go through OpenSSL, for the loop and the fast path alike
  *
  * Write and read go through conn_write_some and conn_recv_feed below, on
  * the loop and on the fast path alike; both are inline so that neither
