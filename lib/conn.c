@@ -109,6 +109,7 @@ static void conn_free(struct rcp_conn *c)
     rcp__free(c->username);
     rcp__free(c->password);
     rcp__free(c->client_name);
+    rcp__tls_forget(c);
     rcp__tls_cfg_put(c->tls_cfg);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->space_cv);

@@ -348,6 +348,20 @@ void rcp__conn_start_connect(struct rcp_conn *c)
     }
 }
 
+/* The CONNECTED event's text: "connected", with TLS its version, cipher
+ * and whether the session was resumed. */
+static void emit_connected(struct rcp_conn *c)
+{
+    char msg[160], d[120];
+    if (c->tls) {
+        rcp__tls_describe(c, d, sizeof d);
+        snprintf(msg, sizeof msg, "connected (%s)", d);
+    } else {
+        snprintf(msg, sizeof msg, "connected");
+    }
+    conn_emit(c, RCP_EVENT_CONNECTED, RCP_OK, msg);
+}
+
 /* Mutex held. The handshake is complete. Returns 1 if an event is due. */
 static int become_ready(struct rcp_conn *c)
 {
@@ -426,7 +440,7 @@ int rcp__conn_finish_connect(struct rcp_conn *c, uint32_t events)
         ready = become_ready(c);
     pthread_mutex_unlock(&c->mu);
     if (ready)
-        conn_emit(c, RCP_EVENT_CONNECTED, RCP_OK, "connected");
+        emit_connected(c);
     return 1;
 }
 
@@ -444,6 +458,6 @@ int rcp__conn_check_handshake(struct rcp_conn *c)
         ready = become_ready(c);
     pthread_mutex_unlock(&c->mu);
     if (ready)
-        conn_emit(c, RCP_EVENT_CONNECTED, RCP_OK, "connected");
+        emit_connected(c);
     return 1;
 }

@@ -139,6 +139,8 @@ struct rcp_conn {
     rcp__tls_cfg *tls_cfg; /* the shared TLS config (opt.tls), held for the handle's life */
     rcp__tls *tls;        /* the TLS session, from TCP connected to socket closed; NULL in
                            * plain text. Owned like the socket's I/O (loop or lone caller) */
+    void *tls_resume;     /* the last SSL_SESSION the server gave (tls.c), offered on the
+                           * next connect; owned like tls */
     _Atomic uint64_t timer_at;
 
     struct {

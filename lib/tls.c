@@ -175,6 +175,20 @@ static int client_cert_cb(SSL *ssl, X509 **x509, EVP_PKEY **pkey)
     return 0;
 }
 
+/* A new session (TLS 1.3: a ticket after the handshake; TLS 1.2: at its
+ * end) on the thread doing the connection's I/O: keep it for the next
+ * connect. Returning 1 keeps OpenSSL's reference. */
+static int new_session_cb(SSL *ssl, SSL_SESSION *sess)
+{
+    rcp__tls *t = SSL_get_app_data(ssl);
+    if (!t)
+        return 0;
+    if (t->c->tls_resume)
+        SSL_SESSION_free(t->c->tls_resume);
+    t->c->tls_resume = sess;
+    return 1;
+}
+
 static int ctx_setup(rcp__tls_cfg *g, char *why, size_t len)
 {
     char e[256];
@@ -189,6 +203,10 @@ static int ctx_setup(rcp__tls_cfg *g, char *why, size_t len)
      * bytes read ahead stay in OpenSSL's buffer, where the loop's reads
      * (until WANT_READ) and rcp__tls_peek (SSL_peek) find them. */
     SSL_CTX_set_read_ahead(ctx, 1);
+    /* Sessions are kept per connection (new_session_cb), not in a cache
+     * shared by every node of a cluster. */
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(ctx, new_session_cb);
     if (!SSL_CTX_set_min_proto_version(ctx, g->min_version == 13 ? TLS1_3_VERSION
                                                                   : TLS1_2_VERSION)) {
         snprintf(why, len, "TLS: cannot set the minimum version: %s", ssl_err_text(e, sizeof e, "?"));
@@ -372,6 +390,12 @@ int rcp__tls_start(struct rcp_conn *c, char *why, size_t len)
         }
     }
     SSL_set_connect_state(t->ssl);
+    if (c->tls_resume && !SSL_set_session(t->ssl, c->tls_resume)) {
+        /* Not resumable with this context: a full handshake. */
+        SSL_SESSION_free(c->tls_resume);
+        c->tls_resume = NULL;
+        ERR_clear_error();
+    }
     c->tls = t;
     return 0;
 }
@@ -542,6 +566,20 @@ int rcp__tls_peek(struct rcp_conn *c)
 const char *rcp__tls_why(struct rcp_conn *c)
 {
     return c->tls ? c->tls->why : "";
+}
+
+void rcp__tls_describe(struct rcp_conn *c, char *buf, size_t len)
+{
+    const SSL_CIPHER *ci = SSL_get_current_cipher(c->tls->ssl);
+    snprintf(buf, len, "%s %s%s", SSL_get_version(c->tls->ssl), ci ? SSL_CIPHER_get_name(ci) : "?",
+             SSL_session_reused(c->tls->ssl) ? ", session resumed" : "");
+}
+
+void rcp__tls_forget(struct rcp_conn *c)
+{
+    if (c->tls_resume)
+        SSL_SESSION_free(c->tls_resume);
+    c->tls_resume = NULL;
 }
 
 void rcp__tls_end(struct rcp_conn *c)

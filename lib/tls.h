@@ -12,7 +12,10 @@
  *
  * Contexts (trust store, client certificate, versions, ciphers) are
  * shared: one refcounted rcp__tls_cfg per distinct set of TLS options,
- * used by every connection made with them.
+ * used by every connection made with them. Each connection keeps the
+ * last session (ticket) the server gave it and offers it on its next
+ * connect: a reconnect to the same node is an abbreviated handshake
+ * while the server still knows the ticket.
  *
  * In a build without TLS (tls_none.c) the config calls refuse and the
  * session calls are never reached (options.c refuses every TLS option). */
@@ -63,6 +66,11 @@ int rcp__tls_write(struct rcp_conn *c, const char *buf, size_t len, size_t *off)
 int rcp__tls_peek(struct rcp_conn *c);
 /* The last failure's cause ("" if none). */
 const char *rcp__tls_why(struct rcp_conn *c);
+/* For the CONNECTED event: "TLSv1.3 TLS_AES_256_GCM_SHA384" and ", session
+ * resumed" when the handshake resumed the connection's previous session. */
+void rcp__tls_describe(struct rcp_conn *c, char *buf, size_t len);
+/* At the connection's free: drop the session kept for resumption. */
+void rcp__tls_forget(struct rcp_conn *c);
 /* Send close_notify if the session is healthy, free it; c->tls NULL. */
 void rcp__tls_end(struct rcp_conn *c);
 

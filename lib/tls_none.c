@@ -75,6 +75,17 @@ const char *rcp__tls_why(struct rcp_conn *c)
     return "this build of rcpipe has no TLS";
 }
 
+void rcp__tls_describe(struct rcp_conn *c, char *buf, size_t len)
+{
+    (void)c;
+    snprintf(buf, len, "no TLS");
+}
+
+void rcp__tls_forget(struct rcp_conn *c)
+{
+    (void)c;
+}
+
 void rcp__tls_end(struct rcp_conn *c)
 {
     (void)c;

@@ -264,6 +264,64 @@ START_TEST(tls_reconnect_after_kill)
 }
 END_TEST
 
+/* A reconnect to the same server offers the session ticket of the last
+ * connection: an abbreviated handshake, said in the CONNECTED event. */
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static char ev_msgs[4][160]; /* under ev_mu: CONNECTED messages, from the I/O thread */
+static int ev_n;
+
+static void on_connected(const rcp_event *ev, void *data)
+{
+    (void)data;
+    pthread_mutex_lock(&ev_mu);
+    if (ev->type == RCP_EVENT_CONNECTED && ev_n < 4)
+        snprintf(ev_msgs[ev_n++], sizeof ev_msgs[0], "%s", ev->message);
+    pthread_mutex_unlock(&ev_mu);
+}
+
+static int connected_count(char *last, size_t len)
+{
+    int n;
+    pthread_mutex_lock(&ev_mu);
+    n = ev_n;
+    snprintf(last, len, "%s", n ? ev_msgs[n - 1] : "");
+    pthread_mutex_unlock(&ev_mu);
+    return n;
+}
+
+START_TEST(tls_session_resumed)
+{
+    rcp_conn_options o;
+    rcp_conn *killer;
+    rcp_reply *r;
+    char last[160];
+    int64_t until;
+    rcpt_tls_server_start_ok(&srv, "server", NULL);
+    rcpt_tls_options(&o, &srv);
+    o.event_cb = on_connected;
+    conn = rcpt_conn_open_ok(&o);
+    /* The event may come a moment after open returns. */
+    until = rcptest_now_ms() + rcptest_scale(5000);
+    while (connected_count(last, sizeof last) < 1 && rcptest_now_ms() < until)
+        rcptest_sleep_ms(5);
+    ck_assert_int_eq(connected_count(last, sizeof last), 1);
+    ck_assert_msg(strstr(last, "TLSv1.3") && !strstr(last, "resumed"), "first: %s", last);
+    o.event_cb = NULL;
+    killer = rcpt_conn_open_ok(&o);
+    r = rcp_conn_command(killer, "CLIENT KILL TYPE normal SKIPME yes");
+    ck_assert_msg(r->type == RCP_REPLY_INTEGER && r->integer >= 1, "CLIENT KILL");
+    rcp_reply_free(r);
+    rcp_conn_close(killer);
+    until = rcptest_now_ms() + rcptest_scale(5000);
+    while (connected_count(last, sizeof last) < 2 && rcptest_now_ms() < until)
+        rcptest_sleep_ms(10);
+    ck_assert_int_eq(connected_count(last, sizeof last), 2);
+    ck_assert_msg(strstr(last, "session resumed"), "reconnect: %s", last);
+    r = rcp_conn_command(conn, "PING");
+    expect_status(r, "PONG");
+}
+END_TEST
+
 /* The application's loop (libevent, level-triggered, one-shot write
  * interest) drives the handshake and the I/O. */
 static atomic_int ev_done;
@@ -328,7 +386,8 @@ static void add_tests(TCase *tc)
 {
     tcase_add_checked_fixture(tc, NULL, teardown);
     RCPTEST_ADD(tc, tls_sync_fast_path, tls_large_values, tls_pipelined_threads,
-                tls_client_certificate, tls_reconnect_after_kill, tls_application_loop);
+                tls_client_certificate, tls_reconnect_after_kill, tls_session_resumed,
+                tls_application_loop);
 }
 
 int main(void)
