@@ -188,8 +188,13 @@ static int check_options(const rcp_cluster_options *o, const rcp_conn_options *n
         if (rcp__opt_ranges_check(r, sizeof r / sizeof r[0], why, len) != RCP_OK)
             return RCP_ERR_INVALID;
     }
-    if (rcp__conn_options_check(node, 0, nwhy, sizeof nwhy) != RCP_OK)
-        BAD("node options: %s", nwhy);
+    {
+        int rv = rcp__conn_options_check(node, 0, nwhy, sizeof nwhy);
+        if (rv != RCP_OK) { /* RCP_ERR_UNSUPPORTED: TLS in a build without it */
+            snprintf(why, len, "node options: %s", nwhy);
+            return rv;
+        }
+    }
     return RCP_OK;
 #undef BAD
 }
@@ -223,6 +228,7 @@ static void cluster_free(struct rcp_cluster *cl)
     rcp__free(cl->node_user);
     rcp__free(cl->node_pass);
     rcp__free(cl->node_name);
+    rcp__conn_options_drop(cl->node_tls);
     while (cl->cf_free) {
         rcp__cfut *cf = cl->cf_free;
         cl->cf_free = cf->next_free;
@@ -254,10 +260,11 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
     }
     *out = NULL;
     rcp_conn_options_init(&defaults);
-    if (check_options(o, o->node ? o->node : &defaults, why, sizeof why) != RCP_OK) {
+    rv = check_options(o, o->node ? o->node : &defaults, why, sizeof why);
+    if (rv != RCP_OK) {
         if (errbuf)
             snprintf(errbuf, errbuf_len, "rcp_cluster_open: %s", why);
-        return RCP_ERR_INVALID;
+        return rv;
     }
     cl = rcp__calloc(1, sizeof(*cl));
     if (!cl)
@@ -275,6 +282,14 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
     cl->node_opt.username = cl->node_user;
     cl->node_opt.password = cl->node_pass;
     cl->node_opt.client_name = cl->node_name;
+    /* TLS strings copied, the TLS context loaded once for every node. */
+    rv = rcp__conn_options_keep(&cl->node_opt, &cl->node_tls, why, sizeof why);
+    if (rv != RCP_OK) {
+        if (errbuf)
+            snprintf(errbuf, errbuf_len, "rcp_cluster_open: node options: %s", why);
+        cluster_free(cl);
+        return rv;
+    }
     /* Node connection events go through us: a lost connection is a
      * topology signal. They are passed on to the caller's callback. */
     cl->node_opt.event_cb = node_event;

@@ -173,6 +173,7 @@ struct rcp_cluster {
     rcp_cluster_options opt;
     rcp_conn_options node_opt;
     char *node_user, *node_pass, *node_name;
+    struct rcp__tls_cfg *node_tls; /* node_opt's TLS strings and context (lib's) */
     rcp__seed seeds[RCP__MAX_SEEDS];
     int nseeds;
     rcp__loop **loops;  /* where node connections run: our I/O threads, or the

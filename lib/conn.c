@@ -109,6 +109,8 @@ static void conn_free(struct rcp_conn *c)
     rcp__free(c->username);
     rcp__free(c->password);
     rcp__free(c->client_name);
+    rcp__tls_forget(c);
+    rcp__tls_cfg_put(c->tls_cfg);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->space_cv);
     pthread_cond_destroy(&c->state_cv);
@@ -125,8 +127,9 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
     *out = NULL;
     {
         char why[200];
-        if (rcp__conn_options_check(o, 1, why, sizeof why) != RCP_OK)
-            return RCP_ERR_INVALID;
+        int rv = rcp__conn_options_check(o, 1, why, sizeof why);
+        if (rv != RCP_OK)
+            return rv;
     }
     c = rcp__calloc(1, sizeof(*c));
     if (!c)
@@ -176,6 +179,15 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
     c->opt.username = c->username;
     c->opt.password = c->password;
     c->opt.client_name = c->client_name;
+    if (o->tls) {
+        char why[300];
+        int rv = rcp__tls_cfg_get(o, &c->tls_cfg, why, sizeof why);
+        if (rv != RCP_OK) {
+            conn_free(c);
+            return rv;
+        }
+        rcp__tls_cfg_apply(c->tls_cfg, &c->opt);
+    }
     if (strchr(c->host, ':'))
         snprintf(c->addr, sizeof c->addr, "[%s]:%d", c->host, o->port);
     else
@@ -199,14 +211,28 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
     return RCP_OK;
 }
 
+int rcp__conn_options_keep(rcp_conn_options *o, rcp__tls_cfg **kept, char *why, size_t len)
+{
+    int rv;
+    *kept = NULL;
+    if (!o->tls)
+        return RCP_OK;
+    rv = rcp__tls_cfg_get(o, kept, why, len);
+    if (rv == RCP_OK)
+        rcp__tls_cfg_apply(*kept, o);
+    return rv;
+}
+
+void rcp__conn_options_drop(rcp__tls_cfg *kept)
+{
+    rcp__tls_cfg_put(kept);
+}
+
+static int open_checked(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_t errbuf_len);
+
 int rcp_conn_open(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_t errbuf_len)
 {
-    struct rcp_conn *c = NULL;
-    rcp__loop **loops;
-    unsigned n, i;
     int rv;
-    struct timespec ts;
-    uint64_t deadline;
 
     if (errbuf && errbuf_len)
         errbuf[0] = '\0';
@@ -217,13 +243,34 @@ int rcp_conn_open(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_
     }
     *out = NULL;
     {
-        char why[200];
-        if (rcp__conn_options_check(o, 1, why, sizeof why) != RCP_OK) {
+        char why[300];
+        rcp__tls_cfg *keep = NULL;
+        rv = rcp__conn_options_check(o, 1, why, sizeof why);
+        /* TLS files are loaded here, so that a bad one is named at open;
+         * the connection created below shares this config. */
+        if (rv == RCP_OK && o->tls)
+            rv = rcp__tls_cfg_get(o, &keep, why, sizeof why);
+        if (rv != RCP_OK) {
             if (errbuf)
                 snprintf(errbuf, errbuf_len, "rcp_conn_open: %s", why);
-            return RCP_ERR_INVALID;
+            return rv;
         }
+        rv = open_checked(o, out, errbuf, errbuf_len);
+        rcp__tls_cfg_put(keep);
+        return rv;
     }
+}
+
+/* rcp_conn_open once the options passed their checks. */
+static int open_checked(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_t errbuf_len)
+{
+    struct rcp_conn *c = NULL;
+    rcp__loop **loops;
+    unsigned n, i;
+    int rv;
+    struct timespec ts;
+    uint64_t deadline;
+
     if (o->loop) {
         /* The application's loop: nothing to wait on here (the loop may
          * be this thread's, not running yet). It connects when it runs. */

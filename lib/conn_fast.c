@@ -149,7 +149,7 @@ static rcp_reply *fast_io(struct rcp_conn *c, uint64_t idx, const char *buf,
             conn_ring_loop(c);
             return NULL;
         }
-        snprintf(cause, sizeof cause, "write failed: %s", strerror(errno));
+        conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
         pthread_mutex_lock(&c->mu);
         c->wr = idx; /* not (completely) written: never executed */
         goto handoff_fail;
@@ -200,10 +200,7 @@ static rcp_reply *fast_io(struct rcp_conn *c, uint64_t idx, const char *buf,
             }
             continue;
         }
-        if (r == 0)
-            snprintf(cause, sizeof cause, "connection closed by the server");
-        else
-            snprintf(cause, sizeof cause, "read failed: %s", strerror(errno));
+        conn_io_cause(c, r, "read", cause, sizeof cause);
         pthread_mutex_lock(&c->mu);
         goto handoff_fail;
     }
@@ -288,9 +285,7 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
         /* Bytes already waiting on an idle connection are not a reply to
          * anything we are about to send (a misbehaving server, or a close):
          * let the loop read and judge them instead of taking them as ours. */
-        char peek;
-        ssize_t pk = recv(c->fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (pk >= 0) {
+        if (conn_peek_idle(c) >= 0) {
             int ring = !c->need_read;
             c->need_read = 1;
             pthread_mutex_unlock(&c->mu);

@@ -8,6 +8,8 @@
  *                   read, dispatch replies, timers
  *   conn_fast.c     sync calls: the caller's own future, and the lone-caller
  *                   fast path (the caller does its own write and read)
+ *   tls.c           TLS (tls.h): with c->tls set, the write and read below
+ *                   go through OpenSSL, for the loop and the fast path alike
  *
  * Write and read go through conn_write_some and conn_recv_feed below, on
  * the loop and on the fast path alike; both are inline so that neither
@@ -33,6 +35,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -43,6 +47,7 @@
 #include "reply.h"
 #include "loop.h"
 #include "rcpipe/conn.h"
+#include "tls.h"
 
 enum {
     RCP__ST_DISCONNECTED = 0, /* waiting for the reconnect timer */
@@ -131,6 +136,11 @@ struct rcp_conn {
     rcp__hs_future hs[3]; /* AUTH, CLIENT SETNAME, READONLY */
     int readonly;         /* a replica connection: READONLY on every connect */
     int once;             /* RCP__CONN_ONCE: closed for good when the first session ends */
+    rcp__tls_cfg *tls_cfg; /* the shared TLS config (opt.tls), held for the handle's life */
+    rcp__tls *tls;        /* the TLS session, from TCP connected to socket closed; NULL in
+                           * plain text. Owned like the socket's I/O (loop or lone caller) */
+    void *tls_resume;     /* the last SSL_SESSION the server gave (tls.c), offered on the
+                           * next connect; owned like tls */
     _Atomic uint64_t timer_at;
 
     struct {
@@ -208,13 +218,15 @@ static inline uint64_t conn_deadline_for(struct rcp_conn *c, const rcp_future *f
 
 /* ---- the one write and the one read, for the loop and the fast path -- */
 
-enum { CONN_IO_DONE = 0, CONN_IO_AGAIN = 1, CONN_IO_ERR = -1, CONN_IO_BAD = -2 };
+enum { CONN_IO_DONE = 0, CONN_IO_AGAIN = 1, CONN_IO_ERR = -1, CONN_IO_BAD = -2, CONN_IO_TLS = -3 };
 
 /* Write buf[*off, len) to the socket, retrying EINTR, counting each call.
  * CONN_IO_DONE once all is written, CONN_IO_AGAIN when the socket buffer
  * is full (*off says how far it got), CONN_IO_ERR on a failure (errno). */
 static inline int conn_write_some(struct rcp_conn *c, const char *buf, size_t len, size_t *off)
 {
+    if (c->tls)
+        return rcp__tls_write(c, buf, len, off); /* counts its send() calls itself */
     while (*off < len) {
         ssize_t w = send(c->fd, buf + *off, len - *off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) {
@@ -234,15 +246,24 @@ static inline int conn_write_some(struct rcp_conn *c, const char *buf, size_t le
 
 /* One recv() into rbuf (flags: MSG_DONTWAIT on the loop, 0 on the fast
  * path, whose socket is blocking with SO_RCVTIMEO), fed to the reply
- * reader. Returns the bytes read (> 0), 0 if the peer closed, -1 on a
- * recv failure (errno: EINTR and EAGAIN are the caller's to handle), or
- * CONN_IO_BAD if the reader refused the bytes (rcp__conn_reader_failure). */
+ * reader; with TLS one SSL_read (the bytes it decrypts). Returns the
+ * bytes read (> 0), 0 if the peer closed, -1 on a recv failure (errno:
+ * EINTR and EAGAIN are the caller's to handle), CONN_IO_BAD if the reader
+ * refused the bytes (rcp__conn_reader_failure), or CONN_IO_TLS if TLS
+ * failed (conn_io_cause). */
 static inline ssize_t conn_recv_feed(struct rcp_conn *c, int flags)
 {
-    ssize_t r = recv(c->fd, c->rbuf, c->rbuf_cap, flags);
+    ssize_t r;
+    if (c->tls) {
+        r = rcp__tls_read(c, c->rbuf, c->rbuf_cap, flags);
+    } else {
+        r = recv(c->fd, c->rbuf, c->rbuf_cap, flags);
+        if (r > 0) {
+            conn_stat_add(&c->st.read_calls, 1);
+            conn_stat_add(&c->st.bytes_in, (uint64_t)r);
+        }
+    }
     if (r > 0) {
-        conn_stat_add(&c->st.read_calls, 1);
-        conn_stat_add(&c->st.bytes_in, (uint64_t)r);
         if (redisReaderFeed(c->reader, c->rbuf, (size_t)r) != REDIS_OK)
             return CONN_IO_BAD;
         /* What the reader holds is at most the reply in progress (every
@@ -254,6 +275,32 @@ static inline ssize_t conn_recv_feed(struct rcp_conn *c, int flags)
         }
     }
     return r;
+}
+
+/* The cause of a failed read or write for messages: "what failed:
+ * strerror(errno)", or TLS's own words. r is the read's result (0: the
+ * peer closed) or CONN_IO_ERR for a write. */
+static inline void conn_io_cause(struct rcp_conn *c, ssize_t r, const char *what, char *cause,
+                                 size_t len)
+{
+    if (r == 0)
+        snprintf(cause, len, "connection closed by the server");
+    else if (c->tls && rcp__tls_why(c)[0])
+        snprintf(cause, len, "%s", rcp__tls_why(c));
+    else
+        snprintf(cause, len, "%s failed: %s", what, strerror(errno));
+}
+
+/* Without blocking, whether the idle socket holds bytes: 1 yes (with TLS:
+ * decrypted data waits), 0 the peer closed (or TLS failed), -1 nothing. */
+static inline int conn_peek_idle(struct rcp_conn *c)
+{
+    char b;
+    ssize_t pk;
+    if (c->tls)
+        return rcp__tls_peek(c);
+    pk = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return pk > 0 ? 1 : pk == 0 ? 0 : -1;
 }
 
 /* ---- across the files of a connection -------------------------------- */

@@ -139,21 +139,21 @@ static void arm(struct rcp_conn *c)
  * failed. */
 static int stray_check(struct rcp_conn *c)
 {
-    char b;
-    ssize_t pk;
-    int idle;
+    int pk, idle;
     pthread_mutex_lock(&c->mu);
     idle = c->head == c->wr && !c->push_fn; /* a push connection hears unasked */
     pthread_mutex_unlock(&c->mu);
     if (!idle || c->fd < 0)
         return 1;
-    pk = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    pk = conn_peek_idle(c);
     if (pk > 0) {
         rcp__conn_fail(c, RCP_ERR_PROTOCOL, "protocol error: a reply arrived with no request waiting for it");
         return 0;
     }
     if (pk == 0) {
-        rcp__conn_fail(c, RCP_ERR_IO, "connection closed by the server");
+        char cause[512];
+        conn_io_cause(c, c->tls && rcp__tls_why(c)[0] ? CONN_IO_TLS : 0, "read", cause, sizeof cause);
+        rcp__conn_fail(c, RCP_ERR_IO, cause);
         return 0;
     }
     return 1;
@@ -199,8 +199,8 @@ static int do_write(struct rcp_conn *c)
             return 0;
         arm(c);
         if (conn_write_some(c, c->wbuf, c->wlen, &c->woff) == CONN_IO_ERR) {
-            char cause[200];
-            snprintf(cause, sizeof cause, "write failed: %s", strerror(errno));
+            char cause[512];
+            conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
             /* Account what was fully written before failing. */
             pthread_mutex_lock(&c->mu);
             while (c->wr < c->taken && c->woff >= c->wslot_off + c->ring[c->wr & c->mask].len) {
@@ -318,11 +318,9 @@ static int do_read(struct rcp_conn *c)
             break;
         if (n && !dispatch(c, replies, n))
             goto extra;
-        if (r == 0) {
-            rcp__conn_fail(c, RCP_ERR_IO, "connection closed by the server");
-        } else {
-            char cause[200];
-            snprintf(cause, sizeof cause, "read failed: %s", strerror(errno));
+        {
+            char cause[512];
+            conn_io_cause(c, r, "read", cause, sizeof cause);
             rcp__conn_fail(c, RCP_ERR_IO, cause);
         }
         return 0;
@@ -465,7 +463,15 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
             next = c->reconnect_at;
     } else if (state == RCP__ST_CONNECTING || state == RCP__ST_HANDSHAKE) {
         if (now >= c->connect_deadline && !fast) {
-            rcp__conn_fail(c, RCP_ERR_CONNECT, "connect/handshake timed out");
+            char cause[160];
+            if (state == RCP__ST_CONNECTING && c->tls)
+                snprintf(cause, sizeof cause,
+                         "TLS handshake timed out (no TLS answer within connect_timeout_ms %d; a "
+                         "plain-text server on this port, or a stopped one?)",
+                         c->opt.connect_timeout_ms);
+            else
+                snprintf(cause, sizeof cause, "connect/handshake timed out");
+            rcp__conn_fail(c, RCP_ERR_CONNECT, cause);
             return next_timer(c);
         }
         if (c->connect_deadline < next)

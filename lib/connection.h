@@ -82,6 +82,18 @@ enum {
 int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
                      struct rcp_conn **out);
 
+/* Node options that a handle keeps for its life and creates connections
+ * from (a cluster's): their TLS strings are copied (the caller's may go
+ * once the handle is open) and their TLS context is loaded once, shared by
+ * every connection created from them. o's tls_* pointers are pointed at
+ * the copies. RCP_OK with *kept (NULL when o->tls is 0), or an error
+ * (RCP_ERR_INVALID: a file that does not load, ...) with why. Drop it
+ * (rcp__conn_options_drop, NULL: no-op) after the handle's last
+ * connection is closed. Any thread but a loop thread. */
+struct rcp__tls_cfg;
+int rcp__conn_options_keep(rcp_conn_options *o, struct rcp__tls_cfg **kept, char *why, size_t len);
+void rcp__conn_options_drop(struct rcp__tls_cfg *kept);
+
 /* ---- push connections (pub/sub) ------------------------------------------ */
 
 /* Called on the loop thread with every reply a push connection reads

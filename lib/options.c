@@ -4,6 +4,7 @@
  * failed". The ranges are documented in docs/api.md. */
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "options.h"
 
@@ -13,6 +14,73 @@
 static long long as_ll(size_t v)
 {
     return v > (size_t)LLONG_MAX ? LLONG_MAX : (long long)v;
+}
+
+/* The TLS options: consistent, or refused by name. In a build without
+ * TLS any of them set is RCP_ERR_UNSUPPORTED. */
+static int tls_check(const rcp_conn_options *o, char *why, size_t len)
+{
+    const struct {
+        const char *name;
+        const char *value;
+    } strs[] = {
+        {"tls_ca_file", o->tls_ca_file},       {"tls_ca_dir", o->tls_ca_dir},
+        {"tls_cert_file", o->tls_cert_file},   {"tls_key_file", o->tls_key_file},
+        {"tls_server_name", o->tls_server_name}, {"tls_ciphers", o->tls_ciphers},
+        {"tls_ciphersuites", o->tls_ciphersuites},
+    };
+    const char *set = NULL;
+    size_t i;
+    for (i = 0; i < sizeof strs / sizeof strs[0] && !set; i++)
+        if (strs[i].value)
+            set = strs[i].name;
+    if (!set && o->tls_insecure_skip_verify)
+        set = "tls_insecure_skip_verify";
+    if (!set && o->tls_min_version)
+        set = "tls_min_version";
+#ifndef RCP_WITH_TLS
+    if (o->tls || set) {
+        snprintf(why, len, "%s is set, but this build of rcpipe has no TLS (built with "
+                 "-Dtls=disabled or without OpenSSL)", o->tls ? "tls" : set);
+        return RCP_ERR_UNSUPPORTED;
+    }
+    return RCP_OK;
+#else
+    if (o->tls != 0 && o->tls != 1) {
+        snprintf(why, len, "tls %d is not 0 or 1", o->tls);
+        return RCP_ERR_INVALID;
+    }
+    if (!o->tls) {
+        if (set) {
+            snprintf(why, len, "%s is set but tls is 0 (set tls = 1, or the connection would "
+                     "be plain text)", set);
+            return RCP_ERR_INVALID;
+        }
+        return RCP_OK;
+    }
+    for (i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        if (strs[i].value && !*strs[i].value) {
+            snprintf(why, len, "%s is empty (NULL for the default)", strs[i].name);
+            return RCP_ERR_INVALID;
+        }
+    }
+    if (!o->tls_cert_file != !o->tls_key_file) {
+        snprintf(why, len, "%s is set without %s (a client certificate needs both)",
+                 o->tls_cert_file ? "tls_cert_file" : "tls_key_file",
+                 o->tls_cert_file ? "tls_key_file" : "tls_cert_file");
+        return RCP_ERR_INVALID;
+    }
+    if (o->tls_insecure_skip_verify != 0 && o->tls_insecure_skip_verify != 1) {
+        snprintf(why, len, "tls_insecure_skip_verify %d is not 0 or 1", o->tls_insecure_skip_verify);
+        return RCP_ERR_INVALID;
+    }
+    if (o->tls_min_version != 0 && o->tls_min_version != 12 && o->tls_min_version != 13) {
+        snprintf(why, len, "tls_min_version %d is not 0 (default: TLS 1.2), 12 or 13",
+                 o->tls_min_version);
+        return RCP_ERR_INVALID;
+    }
+    return RCP_OK;
+#endif
 }
 
 int rcp__conn_options_check(const rcp_conn_options *o, int with_address, char *why, size_t len)
@@ -50,7 +118,7 @@ int rcp__conn_options_check(const rcp_conn_options *o, int with_address, char *w
             o->reconnect_min_ms);
     if (o->io_threads > 64)
         BAD("io_threads %u is out of range (0 or 1..64)", o->io_threads);
-    return RCP_OK;
+    return tls_check(o, why, len);
 #undef BAD
 }
 

@@ -8,7 +8,8 @@
 #include "rcpipe/conn.h"
 
 /* RCP_OK, or RCP_ERR_INVALID with why naming the option, the value given
- * and the allowed range. with_address: host and port are checked too (a
+ * and the allowed range (RCP_ERR_UNSUPPORTED: a TLS option in a build
+ * without TLS). with_address: host and port are checked too (a
  * cluster's node options take theirs from the slot map). */
 int rcp__conn_options_check(const rcp_conn_options *o, int with_address, char *why, size_t len);
 

@@ -81,6 +81,27 @@ typedef struct rcp_conn_options {
                                   * default 512 MiB (the server's proto-max-bulk-len);
                                   * past it the connection is dropped and the request
                                   * fails with RCP_ERR_TOO_LARGE */
+    /* TLS (docs/tls.md). In a build without TLS (-Dtls=disabled) setting
+     * any of these gives RCP_ERR_UNSUPPORTED at open. Setting a tls_*
+     * option with tls 0 is refused (RCP_ERR_INVALID): a forgotten tls = 1
+     * must not silently mean plain text. On a cluster handle's node
+     * options they apply to every connection of the handle. */
+    int tls;                      /* 1: every connection speaks TLS; default 0 */
+    const char *tls_ca_file;      /* PEM file of trusted CAs; with tls_ca_dir NULL too:
+                                   * the system's default store */
+    const char *tls_ca_dir;       /* directory of hashed CA certificates (c_rehash) */
+    const char *tls_cert_file;    /* client certificate chain (PEM), for a server with
+                                   * tls-auth-clients; needs tls_key_file */
+    const char *tls_key_file;     /* its private key (PEM, unencrypted) */
+    const char *tls_server_name;  /* name for SNI and for verifying the server's certificate;
+                                   * NULL: the host being connected (an IP address is
+                                   * then checked against the certificate's IP entries) */
+    int tls_insecure_skip_verify; /* 1: DO NOT verify the server's certificate or name.
+                                   * Anyone on the path can then read and change the
+                                   * traffic: for tests only. Default 0 */
+    int tls_min_version;          /* 0: default (TLS 1.2); 12: TLS 1.2; 13: TLS 1.3 */
+    const char *tls_ciphers;      /* TLS 1.2 cipher list (OpenSSL syntax); NULL: OpenSSL's */
+    const char *tls_ciphersuites; /* TLS 1.3 ciphersuites (OpenSSL syntax); NULL: OpenSSL's */
 } rcp_conn_options;
 
 RCP_API void rcp_conn_options_init(rcp_conn_options *o);

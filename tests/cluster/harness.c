@@ -58,6 +58,8 @@ static void cleanup_at_exit(void)
         rcptest_remove_tree(base_dir);
 }
 
+static int tls_mode_init(char *err, size_t errlen); /* TLS mode, below */
+
 int rcpc_init(char *err, size_t errlen)
 {
     const char *root = getenv("RCP_SOURCE_ROOT");
@@ -78,6 +80,8 @@ int rcpc_init(char *err, size_t errlen)
     if (srv != NULL && rcptest_check_server_env(srv, err, errlen) != 0)
         return -1;
     if (rcptest_mkdtemp("rcpcl", base_dir, sizeof base_dir, err, errlen) != 0)
+        return -1;
+    if (tls_mode_init(err, errlen) != 0)
         return -1;
     base_owner = getpid();
     atexit(cleanup_at_exit);
@@ -604,11 +608,172 @@ int rcpc_job_run(const rcpc_cluster *c, const char *sub, const char *const *args
     return rcpc_job_join(&j, 1000, err, errlen);
 }
 
+/* ---- TLS mode (RCPTEST_TLS=1) -------------------------------------------
+ * The cluster is TLS-only (cluster.sh with RCP_CLUSTER_TLS_DIR: --port 0
+ * --tls-port, --tls-cluster yes, --tls-replication yes) and rcpc_options
+ * gives every handle TLS node options trusting the test CA. The side
+ * channel stays hiredis 0.14, which has no TLS: each of its connections is
+ * one end of a socketpair whose other end a thread pumps through an
+ * OpenSSL connection to the node. */
+static int tls_mode;
+#ifdef RCPC_WITH_TLS
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+static SSL_CTX *side_ctx;
+
+typedef struct tls_pump {
+    SSL *ssl;
+    int tcp, local;
+} tls_pump;
+
+/* Both sockets non-blocking: a TLS read never waits for data that is not
+ * there (a session ticket makes the socket readable with nothing for
+ * hiredis), and bytes for hiredis wait in obuf while it is still writing
+ * a long pipeline (neither side blocks on the other). */
+static void *tls_pump_main(void *p)
+{
+    tls_pump *pu = p;
+    char ibuf[16384], obuf[16384];
+    size_t olen = 0, ooff = 0;
+    for (;;) {
+        struct pollfd f[2] = {{pu->local, POLLIN, 0}, {pu->tcp, 0, 0}};
+        int n;
+        if (ooff < olen)
+            f[0].events |= POLLOUT;
+        else
+            f[1].events = POLLIN;
+        if (!(ooff == olen && SSL_pending(pu->ssl) > 0) && poll(f, 2, 30000) <= 0)
+            break; /* 30 s of silence: hiredis is gone or stuck */
+        if (ooff < olen && (f[0].revents & (POLLOUT | POLLERR | POLLHUP))) {
+            ssize_t w = send(pu->local, obuf + ooff, olen - ooff, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (w < 0 && errno != EAGAIN)
+                break;
+            if (w > 0)
+                ooff += (size_t)w;
+        }
+        if (ooff == olen) {
+            n = SSL_read(pu->ssl, obuf, sizeof obuf);
+            if (n > 0) {
+                olen = (size_t)n;
+                ooff = 0;
+            } else if (SSL_get_error(pu->ssl, n) != SSL_ERROR_WANT_READ) {
+                break;
+            }
+        }
+        if (f[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t r = recv(pu->local, ibuf, sizeof ibuf, MSG_DONTWAIT);
+            size_t off = 0;
+            if (r == 0 || (r < 0 && errno != EAGAIN))
+                break;
+            while (r > 0 && off < (size_t)r) {
+                n = SSL_write(pu->ssl, ibuf + off, (int)((size_t)r - off));
+                if (n > 0) {
+                    off += (size_t)n;
+                } else {
+                    struct pollfd w = {pu->tcp, POLLOUT, 0};
+                    if (SSL_get_error(pu->ssl, n) != SSL_ERROR_WANT_WRITE || poll(&w, 1, 10000) <= 0)
+                        goto out;
+                }
+            }
+        }
+    }
+out:
+    SSL_free(pu->ssl);
+    close(pu->tcp);
+    close(pu->local);
+    free(pu);
+    return NULL;
+}
+
+/* A plain fd whose bytes reach 127.0.0.1:port over TLS; -1 on failure. */
+static int tls_side_fd(int port)
+{
+    int sv[2], tcp = rcptest_connect_loopback(port, 10000);
+    tls_pump *pu;
+    pthread_t th;
+    SSL *ssl;
+    if (tcp < 0)
+        return -1;
+    ssl = SSL_new(side_ctx);
+    if (!ssl || !SSL_set_fd(ssl, tcp) || SSL_connect(ssl) != 1 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+        fcntl(tcp, F_SETFL, O_NONBLOCK) != 0) {
+        SSL_free(ssl);
+        close(tcp);
+        return -1;
+    }
+    pu = malloc(sizeof *pu);
+    pu->ssl = ssl;
+    pu->tcp = tcp;
+    pu->local = sv[1];
+    if (pthread_create(&th, NULL, tls_pump_main, pu) != 0) {
+        SSL_free(ssl);
+        close(tcp);
+        close(sv[0]);
+        close(sv[1]);
+        free(pu);
+        return -1;
+    }
+    pthread_detach(th);
+    return sv[0];
+}
+
+/* From rcpc_init: RCPTEST_TLS=1 turns TLS mode on. */
+static int tls_mode_init(char *err, size_t errlen)
+{
+    const char *dir;
+    if (!rcptest_env_flag("RCPTEST_TLS"))
+        return 0;
+    dir = rcptest_tls_certs(err, errlen);
+    side_ctx = dir ? SSL_CTX_new(TLS_client_method()) : NULL;
+    if (!side_ctx || !SSL_CTX_load_verify_locations(side_ctx, rcptest_tls_file("ca.crt"), NULL)) {
+        if (dir)
+            rcptest_fmt_err(err, errlen, "TLS mode: cannot set up the side channel's context");
+        return -1;
+    }
+    SSL_CTX_set_verify(side_ctx, SSL_VERIFY_PEER, NULL);
+    setenv("RCP_CLUSTER_TLS_DIR", dir, 1);
+    tls_mode = 1;
+    return 0;
+}
+#else
+static int tls_side_fd(int port)
+{
+    (void)port;
+    return -1;
+}
+
+static int tls_mode_init(char *err, size_t errlen)
+{
+    if (!rcptest_env_flag("RCPTEST_TLS"))
+        return 0;
+    rcptest_fmt_err(err, errlen, "RCPTEST_TLS=1 but rcpipe is built without TLS");
+    return -1;
+}
+#endif
+
+/* TLS mode: node options speak TLS and trust the test CA. */
+static void tls_mode_options(rcp_conn_options *node)
+{
+    if (tls_mode) {
+        node->tls = 1;
+        node->tls_ca_file = rcptest_tls_file("ca.crt");
+    }
+}
+
 redisContext *rcpc_connect(int port)
 {
     struct timeval tv = {2, 0};
     struct timeval rw = {10, 0};
-    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisContext *ctx;
+    if (tls_mode) {
+        int fd = tls_side_fd(port);
+        ctx = fd < 0 ? NULL : redisConnectFd(fd);
+    } else {
+        ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+    }
 
     if (ctx == NULL)
         return NULL;
@@ -889,6 +1054,7 @@ void rcpc_options(rcp_cluster_options *o, rcp_conn_options *node, const char *se
     const char *evs = getenv("RCP_CL_EVENTS");
 
     rcptest_cluster_options(o, node, seed, 2000, 10000, 10, 500);
+    tls_mode_options(node);
     if (evs != NULL && evs[0] != '\0' && strcmp(evs, "0") != 0) {
         o->event_cb = print_event;
         node->event_cb = print_event;

@@ -8,6 +8,7 @@
 
 #include "common.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ftw.h>
 #include <signal.h>
@@ -15,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -276,4 +280,26 @@ int rcptest_is_int(const rcp_reply *r, long long v)
 int rcptest_is_nil(const rcp_reply *r)
 {
     return r != NULL && r->type == RCP_REPLY_NIL && r->err == RCP_OK;
+}
+
+int rcptest_connect_loopback(int port, int timeout_ms)
+{
+    struct sockaddr_in a;
+    struct timeval tv;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    tv.tv_sec = timeout_ms / 1000;
+    tv.tv_usec = (timeout_ms % 1000) * 1000;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }

@@ -103,4 +103,15 @@ const char *rcptest_describe(const rcp_reply *r, char *buf, size_t buflen);
 int rcptest_is_int(const rcp_reply *r, long long v);
 int rcptest_is_nil(const rcp_reply *r);
 
+/* A blocking TCP connection to 127.0.0.1:port with send and receive
+ * timeouts of timeout_ms; the fd, or -1. */
+int rcptest_connect_loopback(int port, int timeout_ms);
+
+/* TLS (tests/common/tls.c): the test certificates (tests/scripts/tls-certs.sh),
+ * made on first call in a temporary directory removed at exit; the
+ * directory, or NULL with err. rcptest_tls_file("ca.crt") is a path in it
+ * (one of 16 rotating static buffers). */
+const char *rcptest_tls_certs(char *err, size_t errlen);
+const char *rcptest_tls_file(const char *name);
+
 #endif

@@ -282,7 +282,7 @@ static int spawn(rcpt_server *s)
     argv[n++] = "--daemonize";
     argv[n++] = "no";
     for (i = 0; i < s->nargs; i++)
-        argv[n++] = s->args[i];
+        argv[n++] = strcmp(s->args[i], RCPT_PORT_ARG) == 0 ? portbuf : s->args[i];
     argv[n] = NULL;
 
     outfd = open(outpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -314,6 +314,27 @@ static int spawn(rcpt_server *s)
     return 0;
 }
 
+/* A server whose arguments move the port elsewhere (RCPT_PORT_ARG, e.g.
+ * "--port 0 --tls-port @PORT@") cannot answer a plain PING: it is ready
+ * once its port takes a TCP connection (nothing to load: no persistence). */
+static int port_moved(const rcpt_server *s)
+{
+    int i;
+    for (i = 0; i < s->nargs; i++)
+        if (strcmp(s->args[i], RCPT_PORT_ARG) == 0)
+            return 1;
+    return 0;
+}
+
+static int tcp_accepts(int port)
+{
+    int fd = rcptest_connect_loopback(port, 500);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
 /* 1: answering; 0: the process exited (reaped); -1: timed out. */
 static int wait_ready(rcpt_server *s, int timeout_ms)
 {
@@ -328,7 +349,7 @@ static int wait_ready(rcpt_server *s, int timeout_ms)
             reg_set_pid(s);
             return 0;
         }
-        if (rcpt_ping(s->port, 500))
+        if (port_moved(s) ? tcp_accepts(s->port) : rcpt_ping(s->port, 500))
             return 1;
         if (rcptest_now_ms() > deadline)
             return -1;
@@ -558,25 +579,13 @@ void rcpt_server_stop(rcpt_server *s)
 int rcpt_ping(int port, int timeout_ms)
 {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
-    struct sockaddr_in a;
-    struct timeval tv;
     char buf[256];
     size_t got = 0;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = rcptest_connect_loopback(port, timeout_ms);
     int ok = 0;
 
     if (fd < 0)
         return 0;
-    tv.tv_sec = timeout_ms / 1000;
-    tv.tv_usec = (timeout_ms % 1000) * 1000;
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
-        goto out;
     if (send(fd, ping, sizeof ping - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof ping - 1))
         goto out;
     while (got < sizeof buf - 1) {
@@ -601,6 +610,39 @@ void rcpt_options(rcp_conn_options *o, const rcpt_server *s)
     rcp_conn_options_init(o);
     o->host = "127.0.0.1";
     o->port = s->port;
+}
+
+void rcpt_tls_server_start_ok(rcpt_server *s, const char *cert, const char *const *extra)
+{
+    char err[2048], crt[64], key[64];
+    const char *args[RCPT_MAX_EXTRA_ARGS + 1];
+    int n = 0;
+    ck_assert_msg(rcptest_tls_certs(err, sizeof err) != NULL, "TLS certificates: %s", err);
+    snprintf(crt, sizeof crt, "%s.crt", cert);
+    snprintf(key, sizeof key, "%s.key", cert);
+    args[n++] = "--port";
+    args[n++] = "0";
+    args[n++] = "--tls-port";
+    args[n++] = RCPT_PORT_ARG;
+    args[n++] = "--tls-cert-file";
+    args[n++] = rcptest_tls_file(crt);
+    args[n++] = "--tls-key-file";
+    args[n++] = rcptest_tls_file(key);
+    args[n++] = "--tls-ca-cert-file";
+    args[n++] = rcptest_tls_file("ca.crt");
+    args[n++] = "--tls-auth-clients";
+    args[n++] = "no";
+    while (extra && *extra && n < RCPT_MAX_EXTRA_ARGS)
+        args[n++] = *extra++;
+    args[n] = NULL;
+    ck_assert_msg(rcpt_server_start(s, args, err, sizeof err) == 0, "%s", err);
+}
+
+void rcpt_tls_options(rcp_conn_options *o, const rcpt_server *s)
+{
+    rcpt_options(o, s);
+    o->tls = 1;
+    o->tls_ca_file = rcptest_tls_file("ca.crt");
 }
 
 int rcpt_is_string(const rcp_reply *r, const char *s, size_t len)

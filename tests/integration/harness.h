@@ -52,6 +52,21 @@ const char *rcpt_server_path(void);
  * with a message (including the server's log tail) in err. */
 int rcpt_server_start(rcpt_server *s, const char *const *extra_args, char *err, size_t errlen);
 
+/* An extra argument replaced by the port picked (the same on restart):
+ * {"--port", "0", "--tls-port", RCPT_PORT_ARG, ...} starts a TLS-only
+ * server; such a server counts as started once its port takes a TCP
+ * connection (a plain PING cannot reach it). */
+#define RCPT_PORT_ARG "@PORT@"
+
+/* A TLS-only server (--port 0 --tls-port, rcptest_tls_certs) presenting
+ * cert ("server", "expired", "wrongname": NAME.crt and NAME.key) and
+ * trusting the test CA for client certificates (--tls-auth-clients no
+ * unless extra says otherwise; extra as for rcpt_server_start). Fails the
+ * test on error. */
+void rcpt_tls_server_start_ok(rcpt_server *s, const char *cert, const char *const *extra);
+/* rcpt_options with tls on, trusting the test CA. */
+void rcpt_tls_options(rcp_conn_options *o, const rcpt_server *s);
+
 /* kill -9 and reap; the port, directory and arguments are kept. */
 int rcpt_server_kill(rcpt_server *s);
 

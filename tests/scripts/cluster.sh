@@ -61,6 +61,9 @@
 #
 # Environment: RCP_REDIS_SERVER or REDIS_SERVER (default: redis-server in
 # PATH), REDIS_CLI (default: redis-cli next to the server, or in PATH).
+# RCP_CLUSTER_TLS_DIR: a TLS-only cluster (--port 0 --tls-port,
+# --tls-cluster yes, --tls-replication yes) presenting server.crt of that
+# directory (tests/scripts/tls-certs.sh), and redis-cli speaking TLS to it.
 set -euo pipefail
 
 REDIS_SERVER=${RCP_REDIS_SERVER:-${REDIS_SERVER:-redis-server}}
@@ -70,6 +73,17 @@ if [ -z "${REDIS_CLI:-}" ]; then
     else
         REDIS_CLI=redis-cli
     fi
+fi
+
+# TLS: the server's and redis-cli's arguments (empty in plain text).
+NODE_TLS=()
+CLI_TLS=()
+if [ -n "${RCP_CLUSTER_TLS_DIR:-}" ]; then
+    t=$RCP_CLUSTER_TLS_DIR
+    NODE_TLS=(--tls-cluster yes --tls-replication yes --tls-auth-clients no
+              --tls-cert-file "$t/server.crt" --tls-key-file "$t/server.key"
+              --tls-ca-cert-file "$t/ca.crt")
+    CLI_TLS=(--tls --cacert "$t/ca.crt")
 fi
 
 START_WAIT_S=10      # one node answering PING
@@ -100,7 +114,7 @@ now_ms() {
 cli() {
     local port=$1
     shift
-    timeout 10 "$REDIS_CLI" -h 127.0.0.1 -p "$port" "$@"
+    timeout 10 "$REDIS_CLI" ${CLI_TLS[@]+"${CLI_TLS[@]}"} -h 127.0.0.1 -p "$port" "$@"
 }
 
 # Ports for the cluster: below the ephemeral range and below 30000, with the
@@ -220,7 +234,11 @@ spawn_node() {
     local port=$1
     local ndir="$DIR/$port"
     mkdir -p "$ndir"
-    setsid "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" \
+    local portargs=(--port "$port")
+    if [ ${#NODE_TLS[@]} -gt 0 ]; then
+        portargs=(--port 0 --tls-port "$port" "${NODE_TLS[@]}")
+    fi
+    setsid "$REDIS_SERVER" --bind 127.0.0.1 "${portargs[@]}" \
         --cluster-enabled yes --cluster-config-file nodes.conf \
         --cluster-node-timeout "$NODE_TIMEOUT" \
         --save '' --appendonly no --daemonize no --repl-diskless-sync-delay 0 \
@@ -483,7 +501,7 @@ cmd_start() {
     local p
     for p in $PORTS; do addrs+=("127.0.0.1:$p"); done
     for attempt in 1 2; do
-        if timeout "$CREATE_TIMEOUT_S" "$REDIS_CLI" --cluster create "${addrs[@]}" \
+        if timeout "$CREATE_TIMEOUT_S" "$REDIS_CLI" ${CLI_TLS[@]+"${CLI_TLS[@]}"} --cluster create "${addrs[@]}" \
             --cluster-replicas "$REPLICAS" --cluster-yes >"$DIR/create.log" 2>&1; then
             break
         fi
@@ -576,7 +594,7 @@ fix_cluster() {
     local entry
     entry=$(first_live_port)
     echo "cluster.sh: running redis-cli --cluster fix" >&2
-    timeout "$RESHARD_TIMEOUT_S" "$REDIS_CLI" --cluster fix "127.0.0.1:$entry" --cluster-yes \
+    timeout "$RESHARD_TIMEOUT_S" "$REDIS_CLI" ${CLI_TLS[@]+"${CLI_TLS[@]}"} --cluster fix "127.0.0.1:$entry" --cluster-yes \
         >>"$DIR/fix.log" 2>&1 || true
     wait_ok 30 || true
 }
@@ -587,7 +605,7 @@ rebalance_with_retry() {
     local entry=$1 attempt
     shift
     for attempt in 1 2; do
-        if timeout "$RESHARD_TIMEOUT_S" "$REDIS_CLI" --cluster rebalance "127.0.0.1:$entry" \
+        if timeout "$RESHARD_TIMEOUT_S" "$REDIS_CLI" ${CLI_TLS[@]+"${CLI_TLS[@]}"} --cluster rebalance "127.0.0.1:$entry" \
             "$@" >>"$DIR/rebalance.log" 2>&1; then
             return 0
         fi
@@ -606,7 +624,7 @@ cmd_reshard() {
     wait_ok 30 || die "cluster not ok before reshard"
     fid=$(node_id "$from")
     tid=$(node_id "$to")
-    if ! timeout "$RESHARD_TIMEOUT_S" "$REDIS_CLI" --cluster reshard "127.0.0.1:$from" \
+    if ! timeout "$RESHARD_TIMEOUT_S" "$REDIS_CLI" ${CLI_TLS[@]+"${CLI_TLS[@]}"} --cluster reshard "127.0.0.1:$from" \
         --cluster-from "$fid" --cluster-to "$tid" --cluster-slots "$n" \
         --cluster-yes >>"$DIR/reshard.log" 2>&1; then
         tail -n 20 "$DIR/reshard.log" >&2
@@ -659,11 +677,11 @@ cmd_add_node() {
     port=$NEW_PORT
     write_env
     if [ -n "$master" ]; then
-        timeout 60 "$REDIS_CLI" --cluster add-node "127.0.0.1:$port" "127.0.0.1:$entry" \
+        timeout 60 "$REDIS_CLI" ${CLI_TLS[@]+"${CLI_TLS[@]}"} --cluster add-node "127.0.0.1:$port" "127.0.0.1:$entry" \
             --cluster-slave --cluster-master-id "$(node_id "$master")" \
             >>"$DIR/add-node.log" 2>&1 || die "add-node failed (see $DIR/add-node.log)"
     else
-        timeout 60 "$REDIS_CLI" --cluster add-node "127.0.0.1:$port" "127.0.0.1:$entry" \
+        timeout 60 "$REDIS_CLI" ${CLI_TLS[@]+"${CLI_TLS[@]}"} --cluster add-node "127.0.0.1:$port" "127.0.0.1:$entry" \
             >>"$DIR/add-node.log" 2>&1 || die "add-node failed (see $DIR/add-node.log)"
     fi
     wait_ok 30 || die "cluster not ok after add-node"
@@ -691,7 +709,7 @@ cmd_del_node() {
     fi
     echo "$port" >>"$DIR/removed"
     entry=$(first_live_port)
-    timeout 60 "$REDIS_CLI" --cluster del-node "127.0.0.1:$entry" "$id" \
+    timeout 60 "$REDIS_CLI" ${CLI_TLS[@]+"${CLI_TLS[@]}"} --cluster del-node "127.0.0.1:$entry" "$id" \
         >>"$DIR/del-node.log" 2>&1 || die "del-node failed (see $DIR/del-node.log)"
     wait_ok 30 || die "cluster not ok after del-node"
 }

@@ -7,6 +7,9 @@ pkgs=(meson ninja-build pkg-config gcc libc6-dev libhiredis-dev liburcu-dev chec
 # Fuzzing (tests/fuzz, -Dfuzz=true): clang and its runtime libraries
 # (libFuzzer, ASan, UBSan), which clang only recommends.
 pkgs+=(clang libclang-rt-14-dev)
+# TLS (lib/tls.c, -Dtls=auto finds it) and the test certificates made at
+# test time (tests/scripts/tls-certs.sh).
+pkgs+=(libssl-dev openssl)
 # The loop adapters' example and integration tests (rcpipe/libevent.h,
 # rcpipe/libuv.h are header-only: the library itself links neither).
 pkgs+=(libevent-dev libuv1-dev)
