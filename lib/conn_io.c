@@ -284,10 +284,18 @@ static int dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
 }
 
 /* Loop thread. Read until EAGAIN. Returns 0 if the connection failed. */
-static int do_read(struct rcp_conn *c)
+/* until_eagain 0: a plain-text read shorter than the buffer ends the pass,
+ * since it emptied the socket at that moment and any byte that comes later
+ * is a new edge (epoll) or still readable (a level-triggered application
+ * loop): one recv per pass instead of a second one that only says EAGAIN.
+ * 1: read until EAGAIN (a hang-up or error was reported, which comes once;
+ * the connection comes back from a lone caller; TLS, where OpenSSL may
+ * hold decrypted bytes). */
+static int do_read(struct rcp_conn *c, int until_eagain)
 {
     rcp_reply *replies[DISPATCH_MAX];
     size_t n = 0;
+    until_eagain |= c->tls != NULL;
     for (;;) {
         ssize_t r = conn_recv_feed(c, MSG_DONTWAIT);
         if (r > 0) {
@@ -308,6 +316,8 @@ static int do_read(struct rcp_conn *c)
                     n = 0;
                 }
             }
+            if (!until_eagain && (size_t)r < c->rbuf_cap)
+                break;
             continue;
         }
         if (r == CONN_IO_BAD)
@@ -408,7 +418,7 @@ static void serve(struct rcp_conn *c, uint32_t events)
     if (need_read)
         arm(c);
     if (events & (RCP__EV_READ | RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP) || need_read) {
-        if (!do_read(c))
+        if (!do_read(c, need_read || (events & (RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP))))
             return;
         /* Only the loop thread changes the state: once READY there is no
          * handshake left to finish, and no mutex round to pay per read. */
