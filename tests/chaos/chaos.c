@@ -1238,8 +1238,9 @@ int main(int argc, char **argv)
     }
     fprintf(stderr,
             "chaos: %d threads, ~%d ops/s, %d s, node timeout %d ms, request timeout %d ms, "
-            "seed %" PRIu64 ", cluster %s\n",
-            g.nthreads, g.rate, g.seconds, g.node_timeout, node.request_timeout_ms, seedv, dir);
+            "seed %" PRIu64 ", cluster %s%s\n",
+            g.nthreads, g.rate, g.seconds, g.node_timeout, node.request_timeout_ms, seedv, dir,
+            node.tls ? " over TLS (certificates verified)" : "");
 
     for (i = 0; i < g.nthreads; i++) {
         g.w[i] = calloc(1, sizeof *g.w[i]);

@@ -47,6 +47,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# RCPTEST_TLS=1: the cluster speaks TLS only, with certificates made here;
+# the chaos program (the cluster harness's TLS mode) trusts the same CA.
+if [ "${RCPTEST_TLS:-0}" = 1 ]; then
+    bash "$root/tests/scripts/tls-certs.sh" "$work/certs" >/dev/null
+    export RCP_CLUSTER_TLS_DIR=$work/certs RCPTEST_TLS_CERTS_DIR=$work/certs
+fi
 bash "$root/tests/scripts/cluster.sh" start --node-timeout 2000 --dir "$work/cluster" \
     -- --cluster-allow-replica-migration no >/dev/null
 

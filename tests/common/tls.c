@@ -1,6 +1,8 @@
 /* tests/common/tls.c: the TLS test certificates, made once per process
  * by tests/scripts/tls-certs.sh (the openssl command) in a temporary
- * directory removed at exit. No private key is committed. */
+ * directory removed at exit, or taken from RCPTEST_TLS_CERTS_DIR when the
+ * servers were started with them before the test (the chaos soak). No
+ * private key is committed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +24,14 @@ const char *rcptest_tls_certs(char *err, size_t errlen)
 {
     char cmd[2200];
     int st;
+    const char *given = getenv("RCPTEST_TLS_CERTS_DIR");
     if (certs_dir[0])
         return certs_dir;
+    if (given && given[0]) {
+        /* Made already, by whoever started the servers (run-chaos.sh). */
+        snprintf(certs_dir, sizeof certs_dir, "%s", given);
+        return certs_dir;
+    }
     if (rcptest_mkdtemp("rcp-tls", certs_dir, sizeof certs_dir, err, errlen) != 0) {
         certs_dir[0] = '\0';
         return NULL;

@@ -9,8 +9,9 @@
 # valgrind memcheck, each fuzz target for RCP_FUZZ_SECONDS (default 60),
 # the allocation-failure reruns of the unit and sim suites (bounded:
 # ALLOCFAIL_BUDGET seconds per test program), and the chaos soak for
-# RCP_CHAOS_SECONDS (default 120). Each counts as one test in the closing
-# line.
+# RCP_CHAOS_SECONDS (default 120), then once more on a TLS-only cluster
+# (RCPTEST_TLS=1) for RCP_CHAOS_TLS_SECONDS (default 45). Each counts as one
+# test in the closing line.
 #
 # RCP_SKIP_SANITIZERS=1 runs only the plain build and its tests (for a quick
 # local run; CI never sets it).
@@ -89,4 +90,5 @@ if [ "${RCP_SKIP_SANITIZERS:-0}" != 1 ]; then
     step allocfail env ALLOCFAIL_BUDGET="${ALLOCFAIL_BUDGET:-15}" ALLOCFAIL_TIMEOUT=30 \
         tests/allocfail/run-allocfail.sh build-asan
     step chaos tests/chaos/run-chaos.sh "${RCP_CHAOS_SECONDS:-120}" build-ci
+    step chaos-tls env RCPTEST_TLS=1 tests/chaos/run-chaos.sh "${RCP_CHAOS_TLS_SECONDS:-45}" build-ci
 fi
