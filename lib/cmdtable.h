@@ -21,8 +21,9 @@ enum {
     RCP__CMD_CONNSTATE = 1u << 8,    /* changes the connection's state: never on a shared pipeline */
     RCP__CMD_BLOCK_OPTION = 1u << 9, /* blocks only with its BLOCK option (XREAD, XREADGROUP) */
     RCP__CMD_SPLIT = 1u << 10,       /* the cluster layer splits it by slot across nodes */
-    RCP__CMD_PER_NODE = 1u << 11     /* keyless, about one node's whole keyspace (DBSIZE, KEYS,
+    RCP__CMD_PER_NODE = 1u << 11,    /* keyless, about one node's whole keyspace (DBSIZE, KEYS,
                                       * FLUSHALL...): a cluster handle refuses it as one request */
+    RCP__CMD_ALL_FLAGS = (1u << 12) - 1 /* every bit above; a new flag moves it */
 };
 
 typedef struct rcp__cmd rcp__cmd; /* opaque: one command or subcommand */

@@ -127,7 +127,7 @@ int rcp_fuzz_cmd(const uint8_t *data, size_t size)
     if (cmd) {
         const char *name = rcp__cmd_name(cmd);
         FUZZ_CHECK(name != NULL && strlen(name) < 64);
-        FUZZ_CHECK((rcp__cmd_flags(cmd) & ~((RCP__CMD_SPLIT << 1) - 1)) == 0);
+        FUZZ_CHECK((rcp__cmd_flags(cmd) & ~RCP__CMD_ALL_FLAGS) == 0);
     } else {
         FUZZ_CHECK(rcp__cmd_flags(cmd) == 0 && rcp__cmd_name(cmd) == NULL);
     }
