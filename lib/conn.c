@@ -52,7 +52,8 @@ void rcp_conn_options_init(rcp_conn_options *o)
 /* the pending buffer and the ring                                     */
 
 /* Mutex held. Append one slot; bytes must already be in the pending buffer. */
-static void push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size_t len)
+/* Returns 1 if the deadline lowered the connection's timer. */
+static int push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size_t len)
 {
     rcp__slot *s = &c->ring[c->tail & c->mask];
     s->f = f;
@@ -61,8 +62,38 @@ static void push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size
     c->tail++;
     if (deadline && deadline < c->min_deadline) {
         c->min_deadline = deadline;
-        conn_set_timer(c, deadline);
+        return conn_set_timer(c, deadline);
     }
+    return 0;
+}
+
+/* Mutex held, the send's requests queued from index `first`: whether the
+ * sending thread may write them itself now (rcp__conn_caller_flush)
+ * instead of waking the loop. Only on an idle connection (nothing else
+ * queued or awaiting a reply: the send is alone, as a lone sync caller
+ * is), and only when the send before found it idle too: the first send
+ * of a burst (a worker refilling its window, a fan-out) would go alone and
+ * split the burst's flush in two, while one-at-a-time traffic (depth 1)
+ * finds the connection idle every time. Then only if waking the loop would
+ * cost a wake (it waits: a running loop takes the request on its next
+ * pass for free, and many threads are better batched by it), if the loop
+ * listens to the socket (the reply wakes the loop, which reads it), with
+ * nobody else on the socket, in plain text (a TLS session is the loop's
+ * alone) and without a flush pause. */
+static inline int caller_may_write(struct rcp_conn *c, uint64_t first)
+{
+    if (c->head != first || c->taken != first) {
+        c->idle_sends = 0;
+        return 0;
+    }
+    if (c->idle_sends < 2 && ++c->idle_sends < 2)
+        return 0;
+    /* loop_io before wlen/woff: those are the loop's while it serves. */
+    return c->opt.fast_path && c->state == RCP__ST_READY && !c->wake_pending &&
+           !c->fast_active && !c->loop_io && !c->caller_writing && !c->need_close &&
+           !c->need_read && !c->closing && !c->tls && !c->push_fn && !c->opt.batch_delay_us &&
+           c->wlen == c->woff && __atomic_load_n(&c->armed, __ATOMIC_RELAXED) &&
+           !rcp__loop_awake(c->loop);
 }
 
 int rcp__conn_pend_reserve(struct rcp_conn *c, size_t len)
@@ -456,9 +487,9 @@ typedef struct req_desc {
  * `asking`, ASKING goes first. */
 static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int asking)
 {
-    uint64_t now = rcp__now_ns(), deadline = 0;
+    uint64_t now = rcp__now_ns(), deadline = 0, first;
     size_t extra = asking ? ASKING_LEN : 0, total = extra, i;
-    int rv, ring = 0;
+    int rv, ring = 0, lowered = 0;
 
     for (i = 0; i < n; i++) {
         uint64_t dl = conn_deadline_for(c, d[i].f, now);
@@ -478,6 +509,7 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
         pthread_mutex_unlock(&c->mu);
         return RCP_ERR_OOM;
     }
+    first = c->tail;
     if (asking) {
         memcpy(c->pend + c->pend_len, asking_cmd, ASKING_LEN);
         c->pend_len += ASKING_LEN;
@@ -489,9 +521,13 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
         else
             rcp__format_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen);
         c->pend_len += d[i].len;
-        push_slot(c, d[i].f, conn_deadline_for(c, d[i].f, now), d[i].len);
+        lowered |= push_slot(c, d[i].f, conn_deadline_for(c, d[i].f, now), d[i].len);
     }
     conn_stat_add(&c->st.requests, n);
+    if (caller_may_write(c, first)) {
+        rcp__conn_caller_flush(c, lowered); /* unlocks */
+        return RCP_OK;
+    }
     ring = conn_want_loop(c);
     if (!ring && c->fast_active && deadline) {
         /* Queued behind a lone caller, who pokes the loop when it leaves:
@@ -826,6 +862,7 @@ int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *o)
     S(fast_path);
     S(futex_wakes);
     S(loop_wakes);
+    S(caller_writes);
 #undef S
     return RCP_OK;
 }
@@ -850,5 +887,6 @@ void rcp_conn_stats_add(rcp_conn_stats *sum, const rcp_conn_stats *add)
     A(fast_path);
     A(futex_wakes);
     A(loop_wakes);
+    A(caller_writes);
 #undef A
 }

@@ -341,7 +341,7 @@ void rcp__conn_start_connect(struct rcp_conn *c)
         return;
     }
     pthread_mutex_unlock(&c->mu);
-    c->armed = 1;
+    __atomic_store_n(&c->armed, 1, __ATOMIC_RELAXED);
     if (rcp__loop_watch(c->loop, fd, &c->src) < 0) {
         snprintf(cause, sizeof cause, "cannot watch the socket: %s", strerror(errno));
         rcp__conn_fail(c, RCP_ERR_CONNECT, cause);

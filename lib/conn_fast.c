@@ -275,7 +275,7 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
     deadline = conn_deadline_for(c, &s->f, now);
     pthread_mutex_lock(&c->mu);
     if (c->state != RCP__ST_READY || c->closing || c->fast_active || c->loop_io ||
-        c->need_close || c->need_read || c->head != c->tail || c->fd < 0) {
+        c->caller_writing || c->need_close || c->need_read || c->head != c->tail || c->fd < 0) {
         pthread_mutex_unlock(&c->mu);
         if (buf != stackbuf)
             rcp__free(buf);

@@ -103,6 +103,11 @@ struct rcp_conn {
     int wake_pending;     /* the loop has been asked to flush the pending requests */
     int need_close;       /* the fast path hands a failure to the loop */
     int need_read;        /* the fast path hands the reader role back */
+    int caller_writing;   /* a sending thread writes the pending requests itself
+                           * (rcp__conn_caller_flush): the loop keeps off the socket */
+    int loop_deferred;    /* the loop was called meanwhile: the writer rings it after */
+    unsigned idle_sends;  /* sends in a row that found the connection idle (0: the last
+                           * found requests in flight or queued): one-at-a-time traffic */
     int close_code;
     char close_msg[512];
     int closing;
@@ -121,7 +126,8 @@ struct rcp_conn {
 
     /* Loop-owned (or fast-path-owned while fast_active). */
     rcp__loop_src src;    /* this connection as a source of its loop */
-    int armed;            /* the loop is woken on readable/writable, not only hang-ups */
+    int armed;            /* the loop is woken on readable/writable, not only hang-ups;
+                           * stored atomically: a sender reads it under the mutex */
     char *wbuf;
     size_t wlen, woff, wcap, wslot_off;
     redisReader *reader;
@@ -146,7 +152,7 @@ struct rcp_conn {
     struct {
         _Atomic uint64_t requests, replies, batches, commands_written, write_calls,
             read_calls, bytes_out, bytes_in, timeouts, late_replies, reconnects,
-            disconnects, fast_path, futex_wakes, loop_wakes;
+            disconnects, fast_path, futex_wakes, loop_wakes, caller_writes;
     } st;
 };
 
@@ -167,14 +173,18 @@ static inline struct rcp_conn *conn_of_src(rcp__loop_src *s)
     return (struct rcp_conn *)((char *)s - offsetof(struct rcp_conn, src));
 }
 
-/* Any thread: lower the time the loop next runs this connection's timers. */
-static inline void conn_set_timer(struct rcp_conn *c, uint64_t t)
+/* Any thread: lower the time the loop next runs this connection's timers.
+ * Returns 1 if it did: a loop asleep until a later time must be rung to
+ * see it (a sender that writes itself does not otherwise ring). */
+static inline int conn_set_timer(struct rcp_conn *c, uint64_t t)
 {
     uint64_t cur = atomic_load_explicit(&c->timer_at, memory_order_relaxed);
-    while (t < cur &&
-           !atomic_compare_exchange_weak_explicit(&c->timer_at, &cur, t, memory_order_relaxed,
-                                                  memory_order_relaxed)) {
+    while (t < cur) {
+        if (atomic_compare_exchange_weak_explicit(&c->timer_at, &cur, t, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return 1;
     }
+    return 0;
 }
 
 /* Mutex held. The state is also read without the mutex (rcp__conn_healthy,
@@ -185,10 +195,12 @@ static inline void conn_set_state(struct rcp_conn *c, int st)
 }
 
 /* Mutex held. Ask the loop to flush the pending requests, once per flush.
- * The caller rings (outside the mutex where it can) when this returns 1. */
+ * The caller rings (outside the mutex where it can) when this returns 1.
+ * Not while a lone caller or a sending thread has the socket: they hand
+ * over what is left when they leave. */
 static inline int conn_want_loop(struct rcp_conn *c)
 {
-    if (c->wake_pending || c->fast_active)
+    if (c->wake_pending || c->fast_active || c->caller_writing)
         return 0;
     c->wake_pending = 1;
     c->flush_opened_ns = c->opt.batch_delay_us ? rcp__now_ns() : 0;
@@ -201,11 +213,13 @@ static inline void conn_ring_loop(struct rcp_conn *c)
         conn_stat_add(&c->st.loop_wakes, 1);
 }
 
-/* Mutex held. Make sure the loop checks the I/O timeout in time. */
-static inline void conn_arm_io_timer(struct rcp_conn *c)
+/* Mutex held. Make sure the loop checks the I/O timeout in time. Returns
+ * 1 if that lowered the connection's timer (conn_set_timer). */
+static inline int conn_arm_io_timer(struct rcp_conn *c)
 {
     if (c->opt.io_timeout_ms > 0)
-        conn_set_timer(c, c->last_read_ns + conn_ms_to_ns(c->opt.io_timeout_ms));
+        return conn_set_timer(c, c->last_read_ns + conn_ms_to_ns(c->opt.io_timeout_ms));
+    return 0;
 }
 
 static inline uint64_t conn_deadline_for(struct rcp_conn *c, const rcp_future *f, uint64_t now)
@@ -356,6 +370,13 @@ extern const rcp__loop_src_ops rcp__conn_src_ops;
  * gets the text. Either way the connection must be closed. */
 int rcp__conn_reader_failure(struct rcp_conn *c, char *cause, size_t len);
 void rcp__conn_resolve_error(rcp_future *f, int code, const char *msg);
+
+/* A sending thread that found the connection idle (conn.c, enqueue_many;
+ * mutex held, released on return): write the pending requests as the
+ * loop's flush would, the loop kept off the socket meanwhile
+ * (caller_writing), then hand the connection back, ringing the loop only
+ * if something is left for it. lowered: the send lowered the timer. */
+void rcp__conn_caller_flush(struct rcp_conn *c, int lowered);
 
 /* conn_fast.c */
 /* A sync call: a future on the caller's stack, the lone-caller path when

@@ -128,7 +128,24 @@ static int take_flush(struct rcp_conn *c)
 static void arm(struct rcp_conn *c)
 {
     if (!c->armed && c->fd >= 0 && rcp__loop_rearm(c->loop, c->fd, &c->src, 1) == 0)
-        c->armed = 1;
+        __atomic_store_n(&c->armed, 1, __ATOMIC_RELAXED);
+}
+
+/* Mutex held. Count the slots the flush wrote whole ([wr, taken) up to
+ * woff). The first one written on an idle connection starts the I/O
+ * timeout. Returns 1 if that lowered the connection's timer. */
+static int account_written(struct rcp_conn *c)
+{
+    int lowered = 0;
+    while (c->wr < c->taken && c->woff >= c->wslot_off + c->ring[c->wr & c->mask].len) {
+        if (c->head == c->wr) {
+            c->last_read_ns = rcp__now_ns(); /* the I/O timeout counts from here */
+            lowered |= conn_arm_io_timer(c);
+        }
+        c->wslot_off += c->ring[c->wr & c->mask].len;
+        c->wr++;
+    }
+    return lowered;
 }
 
 /* Loop thread, before the first write after a lone caller had the socket
@@ -203,23 +220,13 @@ static int do_write(struct rcp_conn *c)
             conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
             /* Account what was fully written before failing. */
             pthread_mutex_lock(&c->mu);
-            while (c->wr < c->taken && c->woff >= c->wslot_off + c->ring[c->wr & c->mask].len) {
-                c->wslot_off += c->ring[c->wr & c->mask].len;
-                c->wr++;
-            }
+            account_written(c);
             pthread_mutex_unlock(&c->mu);
             rcp__conn_fail(c, RCP_ERR_IO, cause);
             return 0;
         }
         pthread_mutex_lock(&c->mu);
-        while (c->wr < c->taken && c->woff >= c->wslot_off + c->ring[c->wr & c->mask].len) {
-            if (c->head == c->wr) {
-                c->last_read_ns = rcp__now_ns(); /* the I/O timeout counts from here */
-                conn_arm_io_timer(c);
-            }
-            c->wslot_off += c->ring[c->wr & c->mask].len;
-            c->wr++;
-        }
+        account_written(c);
         conn_push_retire(c);
         if (c->woff == c->wlen)
             c->wlen = c->woff = c->wslot_off = 0;
@@ -236,6 +243,51 @@ static int do_write(struct rcp_conn *c)
     pthread_mutex_unlock(&c->mu);
     conn_ring_loop(c);
     return 1;
+}
+
+/* A sending thread writes (conn_int.h). Like do_write, without the parts
+ * that cannot apply: the connection is READY, armed and idle, no flush
+ * pause, no TLS (its session is the loop's alone), no push connection.
+ * Up to a few flushes: requests that other threads queue meanwhile ride
+ * along (their sends do not ring while caller_writing is set). */
+void rcp__conn_caller_flush(struct rcp_conn *c, int lowered)
+{
+    int rounds, rv = CONN_IO_DONE, ring;
+    char cause[512];
+
+    cause[0] = 0;
+    conn_stat_add(&c->st.caller_writes, 1);
+    c->caller_writing = 1;
+    for (rounds = 0; rounds < 4; rounds++) {
+        if (!take_flush(c)) {
+            snprintf(cause, sizeof cause, "out of memory taking a flush");
+            break;
+        }
+        if (c->wlen == c->woff)
+            break;
+        pthread_mutex_unlock(&c->mu);
+        rv = conn_write_some(c, c->wbuf, c->wlen, &c->woff);
+        if (rv == CONN_IO_ERR)
+            conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
+        pthread_mutex_lock(&c->mu);
+        lowered |= account_written(c);
+        if (rv != CONN_IO_DONE)
+            break; /* the loop writes the rest (writability) or fails */
+        c->wlen = c->woff = c->wslot_off = 0;
+    }
+    if (cause[0]) {
+        c->need_close = 1;
+        c->close_code = RCP_ERR_IO;
+        snprintf(c->close_msg, sizeof c->close_msg, "%s", cause);
+    }
+    c->caller_writing = 0;
+    ring = rv != CONN_IO_DONE || cause[0] || c->taken < c->tail || c->loop_deferred;
+    c->loop_deferred = 0;
+    if (ring)
+        c->wake_pending = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (ring || lowered)
+        conn_ring_loop(c);
 }
 
 /* ------------------------------------------------------------------ */
@@ -363,11 +415,25 @@ static void conn_process(rcp__loop_src *src, uint32_t events)
     if (c->fast_active) {
         /* A lone caller owns the socket right now; it hands back. If the
          * socket woke us for its reply, stop listening for data until we
-         * write again: a lone caller should cost the loop nothing. */
-        int fd = c->fd;
+         * write again: a lone caller should cost the loop nothing. Under
+         * the mutex: a sender that sees `armed` counts on the loop
+         * hearing its reply. */
+        if ((events & RCP__EV_READ) && c->armed && c->fd >= 0 &&
+            rcp__loop_rearm(c->loop, c->fd, &c->src, 0) == 0)
+            __atomic_store_n(&c->armed, 0, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&c->mu);
-        if ((events & RCP__EV_READ) && c->armed && fd >= 0 && rcp__loop_rearm(c->loop, fd, &c->src, 0) == 0)
-            c->armed = 0;
+        return;
+    }
+    if (c->caller_writing) {
+        /* A sending thread is writing: it rings when it is done. What woke
+         * us (a reply, a hang-up) is read then, until EAGAIN. */
+        if (events & (RCP__EV_READ | RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP)) {
+            c->need_read = 1;
+            c->loop_deferred = 1;
+        } else if (!events) {
+            c->loop_deferred = 1; /* notified: a close, a pending flush */
+        }
+        pthread_mutex_unlock(&c->mu);
         return;
     }
     /* While the loop may read, no caller may take the fast path: both
@@ -445,8 +511,8 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
 {
     struct rcp_conn *c = conn_of_src(src);
     uint64_t next = UINT64_MAX;
-    int state, fast, flush = 0, wake_flush;
-    uint64_t waiting;
+    int state, fast, writer, flush = 0, wake_flush;
+    uint64_t waiting, last_read;
 
     atomic_store_explicit(&c->timer_at, UINT64_MAX, memory_order_relaxed);
     expire(c, now);
@@ -454,6 +520,8 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
     pthread_mutex_lock(&c->mu);
     state = c->state;
     fast = c->fast_active;
+    writer = c->caller_writing;
+    last_read = c->last_read_ns; /* a sending thread sets it too, under the mutex */
     waiting = c->wr - c->head;
     wake_flush = c->wake_pending && c->flush_opened_ns;
     if (c->min_deadline < next)
@@ -487,8 +555,11 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
         if (c->connect_deadline < next)
             next = c->connect_deadline;
     } else if (state == RCP__ST_READY && waiting && c->opt.io_timeout_ms > 0 && !fast) {
-        uint64_t limit = c->last_read_ns + conn_ms_to_ns(c->opt.io_timeout_ms);
-        if (now >= limit) {
+        uint64_t limit = last_read + conn_ms_to_ns(c->opt.io_timeout_ms);
+        if (now >= limit && writer) {
+            /* A sending thread is on the socket for a moment: look again. */
+            limit = now + conn_ms_to_ns(1);
+        } else if (now >= limit) {
             char cause[120];
             snprintf(cause, sizeof cause, "I/O timeout: no reply byte for %d ms", c->opt.io_timeout_ms);
             rcp__conn_fail(c, RCP_ERR_IO, cause);

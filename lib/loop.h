@@ -41,6 +41,11 @@
  *                   writability once more. An edge-triggered driver needs
  *                   nothing (the edge comes); a level-triggered one gives
  *                   write interest one-shot, at watch/rearm and here.
+ *   awake           (optional) any thread: 1 if a notify now would make no
+ *                   system call (the loop is running, not waiting; or
+ *                   this is its thread, inside a pass). A hint, read
+ *                   without a lock: a sender writes on its own thread only
+ *                   when waking the loop would cost a wake. NULL: never.
  *   run_pending     (optional) on the thread that runs the loop, outside
  *                   its callbacks: do one pass now (ready stack, due
  *                   timers) and return 1; elsewhere return 0. Lets
@@ -95,6 +100,7 @@ typedef struct rcp__loop_driver {
     void (*free)(rcp__loop *l);
     void (*want_write)(rcp__loop *l, int fd, rcp__loop_src *s); /* NULL: nothing to do */
     int (*run_pending)(rcp__loop *l);                         /* NULL: never here */
+    int (*awake)(rcp__loop *l);                               /* NULL: never */
 } rcp__loop_driver;
 
 /* The part of a loop every driver shares; a driver's own loop struct
@@ -148,6 +154,10 @@ static inline void rcp__loop_want_write(rcp__loop *l, int fd, rcp__loop_src *s)
 {
     if (l->drv->want_write)
         l->drv->want_write(l, fd, s);
+}
+static inline int rcp__loop_awake(rcp__loop *l)
+{
+    return l->drv->awake ? l->drv->awake(l) : 0;
 }
 static inline int rcp__loop_run_pending(rcp__loop *l)
 {

@@ -204,6 +204,11 @@ static int ad_notify(rcp__loop *base, rcp__loop_src *s)
     return 0;
 }
 
+static int ad_awake(rcp__loop *base)
+{
+    return in_pass == (rcp_loop *)base;
+}
+
 static void ad_quiesce(rcp__loop *base)
 {
     rcp_loop *l = (rcp_loop *)base;
@@ -255,6 +260,7 @@ static const rcp__loop_driver adapter_driver = {
     ad_free,
     ad_want_write,
     ad_run_pending,
+    ad_awake,
 };
 
 rcp_loop *rcp_loop_new(const rcp_loop_adapter *a)

@@ -191,6 +191,11 @@ static int epoll_notify(rcp__loop *base, rcp__loop_src *s)
     return 0;
 }
 
+static int epoll_awake(rcp__loop *base)
+{
+    return !atomic_load_explicit(&((epoll_loop *)base)->sleeping, memory_order_relaxed);
+}
+
 static const rcp__loop_driver epoll_driver = {
     "epoll",
     rcp__loop_base_attach,
@@ -203,6 +208,7 @@ static const rcp__loop_driver epoll_driver = {
     epoll_free,
     NULL, /* want_write: edge-triggered, the writable edge comes by itself */
     NULL, /* run_pending: its own thread runs every pass */
+    epoll_awake,
 };
 
 rcp__loop *rcp__loop_new(void)

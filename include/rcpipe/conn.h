@@ -71,7 +71,9 @@ typedef struct rcp_conn_options {
     int reconnect_min_ms;        /* first reconnect backoff; default 10 */
     int reconnect_max_ms;        /* backoff ceiling; default 2000 */
     int keepalive_s;             /* TCP keepalive idle seconds; default 60; 0: off */
-    int fast_path;               /* a lone sync caller does its own I/O; default 1 */
+    int fast_path;               /* a lone caller does its own I/O: a sync one writes and
+                                  * reads, an async send on an idle connection writes;
+                                  * default 1 */
     rcp_event_fn event_cb;       /* NULL: no events */
     void *event_data;
     struct rcp_loop *loop;       /* NULL (default): I/O threads of its own (io_threads); else
@@ -162,6 +164,8 @@ typedef struct rcp_conn_stats {
     uint64_t fast_path;      /* requests served by a lone caller's own I/O */
     uint64_t futex_wakes;    /* sleeping sync callers woken */
     uint64_t loop_wakes;     /* eventfd writes to wake an I/O loop */
+    uint64_t caller_writes;  /* flushes written by the sending thread itself, on an idle
+                              * connection, instead of waking the loop */
 } rcp_conn_stats;
 
 RCP_API int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *out);

@@ -155,6 +155,23 @@ static void *open_main(void *p)
     return NULL;
 }
 
+/* Whether a TCP connection to 127.0.0.1:port is established (its client
+ * side, in /proc/net/tcp: remote 0100007F:PORT, state 01). A stopped
+ * server's kernel still accepts connections into its backlog. */
+static int connected_to(int port)
+{
+    char line[512], want[32];
+    int found = 0;
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (!f)
+        return 0;
+    snprintf(want, sizeof want, "0100007F:%04X 01 ", port);
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, want) != NULL;
+    fclose(f);
+    return found;
+}
+
 /* Killed while our ClientHello waits: the failure comes at once (well
  * before the deadline), naming the close. */
 START_TEST(tls_killed_mid_handshake)
@@ -166,7 +183,11 @@ START_TEST(tls_killed_mid_handshake)
     a.o.connect_timeout_ms = 10000;
     ck_assert_int_eq(rcpt_server_pause(&srv), 0);
     pthread_create(&th, NULL, open_main, &a);
-    rcptest_sleep_ms(300);
+    /* Until the TCP connect is done (a slow sanitizer build may take more
+     * than a moment to start the thread), then a moment for the hello. */
+    for (int i = 0; i < 500 && !connected_to(srv.port); i++)
+        rcptest_sleep_ms(10);
+    rcptest_sleep_ms(100);
     ck_assert_int_eq(rcpt_server_kill(&srv), 0);
     pthread_join(th, NULL);
     ck_assert_msg(a.rc == RCP_ERR_CONNECT, "open gave %s: %s", rcp_err_name(a.rc), a.err);
