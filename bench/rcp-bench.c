@@ -59,6 +59,7 @@
 #include "rcpipe/libuv.h"
 #endif
 
+#include "bconn.h"
 #include "hist.h"
 #include "slotmap.h"
 
@@ -128,6 +129,8 @@ typedef struct config {
     int event_loop;       /* enum loop_kind: --event-loop (rcpipe async) */
     bool refill_callback; /* async: each completion sends the next request */
     unsigned series_min, series_max; /* --series: runs of MIN..MAX back to back */
+    bool tls;             /* --tls: rcpipe, the classic baseline and the side channels */
+    tlsconn_settings tls_s; /* --cacert, --cert, --key, --sni, --tls-skip-verify */
 } config;
 
 struct bench;
@@ -159,8 +162,8 @@ typedef struct worker {
     struct bench *b;
     unsigned index;
     pthread_t tid;
-    redisContext *rc;       /* classic only */
-    redisContext **conns;   /* classic, cluster mode: per slot-map node, lazily */
+    bconn *rc;              /* classic only */
+    bconn **conns;          /* classic, cluster mode: per slot-map node, lazily */
     uint64_t moved, ask;    /* classic, cluster mode: redirects followed */
     bool connect_failed;
     bool broken;            /* classic: the connection failed mid-run */
@@ -399,6 +402,18 @@ static void usage(FILE *f)
         "      --no-fast-path       rcpipe: disable the lone-caller fast path\n"
         "      --count-allocs       rcpipe: count the library's allocations during the run\n"
         "\n"
+        "TLS (memtier_benchmark's flags; every connection: rcpipe's, the classic\n"
+        "baseline's and the bench's own INFO, CLUSTER SLOTS and preload):\n"
+        "      --tls                speak TLS (classic: a blocking OpenSSL client; not with\n"
+        "                           --client classic --async-depth)\n"
+        "      --cacert FILE        CA certificates (PEM) to verify the server (default:\n"
+        "                           the system's store)\n"
+        "      --cert FILE          client certificate (PEM), with --key\n"
+        "      --key FILE           its private key (PEM, unencrypted)\n"
+        "      --sni NAME           server name sent as SNI and verified (default: the\n"
+        "                           host connected to)\n"
+        "      --tls-skip-verify    do NOT verify the server's certificate (tests only)\n"
+        "\n"
         "Output:\n"
         "      --json-out-file FILE write the results as one JSON object to FILE\n"
         "      --progress           progress line on stderr every second even when\n"
@@ -523,7 +538,13 @@ enum {
     OPT_COUNT_ALLOCS,
     OPT_EVENT_LOOP,
     OPT_REFILL,
-    OPT_SERIES
+    OPT_SERIES,
+    OPT_TLS,
+    OPT_CACERT,
+    OPT_CERT,
+    OPT_KEY,
+    OPT_TLS_SKIP_VERIFY,
+    OPT_SNI
 };
 
 /* "X" or "X:Y" with X, Y in R, S, G (memtier's SET:GET form). */
@@ -557,6 +578,44 @@ static const char *read_policy_name(int p)
     case RCP_READ_MASTER_AND_REPLICAS: return "master-and-replicas";
     default: return "master";
     }
+}
+
+/* --cacert, --cert, --key: a file we can read, or exit 2 naming it (before
+ * OpenSSL gives a vaguer message at connect time). */
+static const char *tls_file_arg(const char *opt, const char *path)
+{
+    FILE *f;
+
+    if (!*path)
+        die_usage("%s: empty file name", opt);
+    f = fopen(path, "r");
+    if (!f)
+        die_usage("%s: cannot read '%s': %s", opt, path, strerror(errno));
+    fclose(f);
+    return path;
+}
+
+/* The TLS flags together: they need --tls, a certificate needs its key,
+ * and the build and the mode must be able to speak TLS. */
+static void check_tls_options(const config *cfg)
+{
+    const tlsconn_settings *t = &cfg->tls_s;
+
+    if (!cfg->tls) {
+        if (t->ca_file || t->cert_file || t->key_file || t->sni || t->skip_verify)
+            die_usage("--cacert, --cert, --key, --sni and --tls-skip-verify need --tls");
+        return;
+    }
+    if (!bconn_have_tls())
+        die_usage("--tls: this rcp-bench was built without TLS (rcpipe built without OpenSSL "
+                  "3: install libssl-dev and reconfigure with -Dtls=auto or enabled)");
+    if (t->cert_file && !t->key_file)
+        die_usage("--cert needs --key (the client certificate's private key)");
+    if (t->key_file && !t->cert_file)
+        die_usage("--key needs --cert (the client certificate it belongs to)");
+    if (cfg->client == CLIENT_CLASSIC && cfg->async_depth)
+        die_usage("--tls: classic async has no TLS (hiredis 0.14's async API cannot speak it); "
+                  "use --client classic in sync or --pipeline mode, or --client rcpipe");
 }
 
 static void parse_args(config *cfg, int argc, char **argv)
@@ -594,6 +653,12 @@ static void parse_args(config *cfg, int argc, char **argv)
         {"event-loop", required_argument, NULL, OPT_EVENT_LOOP},
         {"refill", required_argument, NULL, OPT_REFILL},
         {"series", required_argument, NULL, OPT_SERIES},
+        {"tls", no_argument, NULL, OPT_TLS},
+        {"cacert", required_argument, NULL, OPT_CACERT},
+        {"cert", required_argument, NULL, OPT_CERT},
+        {"key", required_argument, NULL, OPT_KEY},
+        {"tls-skip-verify", no_argument, NULL, OPT_TLS_SKIP_VERIFY},
+        {"sni", required_argument, NULL, OPT_SNI},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -712,6 +777,16 @@ static void parse_args(config *cfg, int argc, char **argv)
                           cfg->series_max);
             break;
         }
+        case OPT_TLS: cfg->tls = true; break;
+        case OPT_CACERT: cfg->tls_s.ca_file = tls_file_arg("--cacert", optarg); break;
+        case OPT_CERT: cfg->tls_s.cert_file = tls_file_arg("--cert", optarg); break;
+        case OPT_KEY: cfg->tls_s.key_file = tls_file_arg("--key", optarg); break;
+        case OPT_TLS_SKIP_VERIFY: cfg->tls_s.skip_verify = true; break;
+        case OPT_SNI:
+            if (!*optarg)
+                die_usage("--sni: empty name");
+            cfg->tls_s.sni = optarg;
+            break;
         case 'h': usage(stdout); exit(0);
         case ':': die_usage("option '%s' needs an argument", argv[optind - 1]);
         default:
@@ -777,6 +852,7 @@ static void parse_args(config *cfg, int argc, char **argv)
                       "block for room): %u%s", CALLBACK_MAX_DEPTH, cfg->async_depth,
                       cfg->event_loop ? "" : " x threads is more");
     }
+    check_tls_options(cfg);
     if (cfg->series_max && (!cfg->rate || cfg->async_depth || cfg->pipeline > 1))
         die_usage("--series needs --rate-limiting and sync mode (no --async-depth, "
                   "no --pipeline)");
@@ -798,20 +874,20 @@ static void parse_args(config *cfg, int argc, char **argv)
         cfg->progress = isatty(STDERR_FILENO);
 }
 
-/* ------------------------------------------------- hiredis side channels */
+/* ---------------------------------------------------------- side channels */
 
-/* A blocking hiredis connection to host:port, authenticated. NULL on
- * failure with a message in err. */
-static redisContext *hiredis_connect_to(const config *cfg, const char *host, int port, char *err,
-                                        size_t errlen)
+/* A blocking connection to host:port (hiredis, or TLS with --tls: bconn.h),
+ * authenticated. NULL on failure with a message in err. */
+static bconn *side_connect_to(const config *cfg, const char *host, int port, char *err,
+                              size_t errlen)
 {
-    return sm_connect(host, port, cfg->user, cfg->password, CLASSIC_IO_TIMEOUT_S, err, errlen);
+    return bconn_connect(host, port, cfg->user, cfg->password, CLASSIC_IO_TIMEOUT_S, err, errlen);
 }
 
 /* The same to the -s server. */
-static redisContext *hiredis_connect(const config *cfg, char *err, size_t errlen)
+static bconn *side_connect(const config *cfg, char *err, size_t errlen)
 {
-    return hiredis_connect_to(cfg, cfg->host, cfg->port, err, errlen);
+    return side_connect_to(cfg, cfg->host, cfg->port, err, errlen);
 }
 
 /* Value of "name:value" in an INFO text, NULL if absent. Matches the whole
@@ -869,20 +945,20 @@ static bool host_is_local(const char *host)
 static bool server_info_read_at(const config *cfg, const char *host, int port, server_info *out,
                                 char *err, size_t errlen)
 {
-    redisContext *rc = hiredis_connect_to(cfg, host, port, err, errlen);
+    bconn *rc = side_connect_to(cfg, host, port, err, errlen);
     redisReply *r;
     const char *u, *s, *c, *ce;
     const char *argv[1] = {"INFO"};
 
     if (!rc)
         return false;
-    r = redisCommandArgv(rc, 1, argv, NULL);
+    r = bconn_command_argv(rc, 1, argv, NULL);
     if (!r || r->type != REDIS_REPLY_STRING) {
         snprintf(err, errlen, "INFO on %s:%d failed: %s", host, port,
-                 r ? (r->str ? r->str : "unexpected reply type") : rc->errstr);
+                 r ? (r->str ? r->str : "unexpected reply type") : bconn_errstr(rc));
         if (r)
             freeReplyObject(r);
-        redisFree(rc);
+        bconn_free(rc);
         return false;
     }
     u = info_field(r->str, "used_cpu_user");
@@ -892,7 +968,7 @@ static bool server_info_read_at(const config *cfg, const char *host, int port, s
         snprintf(err, errlen, "INFO on %s:%d lacks used_cpu_user, used_cpu_sys or "
                  "total_commands_processed", host, port);
         freeReplyObject(r);
-        redisFree(rc);
+        bconn_free(rc);
         return false;
     }
     out->cpu_user = strtod(u, NULL);
@@ -904,7 +980,7 @@ static bool server_info_read_at(const config *cfg, const char *host, int port, s
     out->proc_ok = ce && host_is_local(host) && proc_cpu_read(strtol(ce, NULL, 10),
                                                                &out->proc_cpu);
     freeReplyObject(r);
-    redisFree(rc);
+    bconn_free(rc);
     return true;
 }
 
@@ -962,12 +1038,12 @@ static void count_roles(slotmap *m, unsigned *masters, unsigned *replicas)
     }
 }
 
-/* SET every key in [key_min, key_max] on a pipelined hiredis connection,
+/* SET every key in [key_min, key_max] on a pipelined connection,
  * PRELOAD_CHUNK commands per write. */
 static void preload(const config *cfg, const char *value)
 {
     char err[512];
-    redisContext *rc = hiredis_connect(cfg, err, sizeof(err));
+    bconn *rc = side_connect(cfg, err, sizeof(err));
     size_t plen = strlen(cfg->key_prefix);
     char *key = malloc(plen + 21);
     uint64_t k = cfg->key_min, total = cfg->key_max - cfg->key_min + 1;
@@ -989,7 +1065,7 @@ static void preload(const config *cfg, const char *value)
             size_t argvlen[3] = {3, 0, cfg->data_size};
 
             argvlen[1] = plen + u64_to_dec(k, key + plen);
-            if (redisAppendCommandArgv(rc, 3, argv, argvlen) != REDIS_OK)
+            if (bconn_append_argv(rc, 3, argv, argvlen) != REDIS_OK)
                 die_run("preload: out of memory");
             if (k == cfg->key_max)
                 last = true;
@@ -998,9 +1074,9 @@ static void preload(const config *cfg, const char *value)
             void *vr = NULL;
             redisReply *r;
 
-            if (redisGetReply(rc, &vr) != REDIS_OK)
+            if (bconn_get_reply(rc, &vr) != REDIS_OK)
                 die_run("preload: connection to %s:%d failed: %s", cfg->host, cfg->port,
-                        rc->errstr);
+                        bconn_errstr(rc));
             r = vr;
             if (r->type == REDIS_REPLY_ERROR)
                 die_run("preload: SET failed: %s", r->str);
@@ -1009,7 +1085,7 @@ static void preload(const config *cfg, const char *value)
     }
     fprintf(stderr, PROG ": preloaded in %.2f s\n", (double)(now_ns() - t0) / 1e9);
     free(key);
-    redisFree(rc);
+    bconn_free(rc);
 }
 
 /* Cluster mode: each SET goes to its slot's master, pipelined per node,
@@ -1017,7 +1093,7 @@ static void preload(const config *cfg, const char *value)
 static void preload_cluster(const config *cfg, slotmap *m, const char *value)
 {
     char err[512];
-    redisContext *rcs[SLOTMAP_MAX_NODES] = {NULL};
+    bconn *rcs[SLOTMAP_MAX_NODES] = {NULL};
     unsigned pending[SLOTMAP_MAX_NODES];
     size_t plen = strlen(cfg->key_prefix);
     char *key = malloc(plen + 21);
@@ -1046,13 +1122,13 @@ static void preload_cluster(const config *cfg, slotmap *m, const char *value)
                 die_run("preload: slot %u is not served by any node",
                         rcp_keyslot(key, argvlen[1]));
             if (!rcs[node]) {
-                rcs[node] = hiredis_connect_to(cfg, m->nodes[node].host, m->nodes[node].port,
-                                               err, sizeof(err));
+                rcs[node] = side_connect_to(cfg, m->nodes[node].host, m->nodes[node].port, err,
+                                            sizeof(err));
                 if (!rcs[node])
                     die_run("preload: %s", err);
                 nodes_used++;
             }
-            if (redisAppendCommandArgv(rcs[node], 3, argv, argvlen) != REDIS_OK)
+            if (bconn_append_argv(rcs[node], 3, argv, argvlen) != REDIS_OK)
                 die_run("preload: out of memory");
             pending[node]++;
             if (k == cfg->key_max)
@@ -1063,9 +1139,9 @@ static void preload_cluster(const config *cfg, slotmap *m, const char *value)
                 void *vr = NULL;
                 redisReply *r;
 
-                if (redisGetReply(rcs[i], &vr) != REDIS_OK)
+                if (bconn_get_reply(rcs[i], &vr) != REDIS_OK)
                     die_run("preload: connection to %s:%d failed: %s", m->nodes[i].host,
-                            m->nodes[i].port, rcs[i]->errstr);
+                            m->nodes[i].port, bconn_errstr(rcs[i]));
                 r = vr;
                 if (r->type == REDIS_REPLY_ERROR)
                     die_run("preload: SET on %s:%d failed: %s (is the cluster stable?)",
@@ -1079,7 +1155,7 @@ static void preload_cluster(const config *cfg, slotmap *m, const char *value)
     free(key);
     for (i = 0; i < SLOTMAP_MAX_NODES; i++)
         if (rcs[i])
-            redisFree(rcs[i]);
+            bconn_free(rcs[i]);
 }
 
 /* --------------------------------------------------------------- workers */
@@ -1190,12 +1266,12 @@ static int classic_judge(worker *w, bool is_set, redisReply *r, size_t *bytes)
 static int request_classic(worker *w, bool is_set, int argc, const char **argv,
                            const size_t *argvlen, size_t *bytes)
 {
-    redisReply *r = redisCommandArgv(w->rc, argc, argv, argvlen);
+    redisReply *r = bconn_command_argv(w->rc, argc, argv, argvlen);
 
     *bytes = 0;
     if (!r) {
-        note_error(w, "%s: connection error: %s", argv[0], w->rc->errstr);
-        w->broken = true; /* a hiredis context is unusable after an I/O error */
+        note_error(w, "%s: connection error: %s", argv[0], bconn_errstr(w->rc));
+        w->broken = true; /* a connection is unusable after an I/O error */
         return OUT_ERR;
     }
     return classic_judge(w, is_set, r, bytes);
@@ -1206,15 +1282,15 @@ static int request_classic(worker *w, bool is_set, int argc, const char **argv,
 
 /* The thread's connection to a node of the bench's slot table, opened on
  * first use; NULL (error noted, thread broken) if that failed. */
-static redisContext *classic_node_conn(worker *w, int node)
+static bconn *classic_node_conn(worker *w, int node)
 {
     slotmap *m = w->b->map;
     char err[256];
 
     if (w->conns[node])
         return w->conns[node];
-    w->conns[node] = hiredis_connect_to(w->b->cfg, m->nodes[node].host, m->nodes[node].port,
-                                        err, sizeof(err));
+    w->conns[node] = side_connect_to(w->b->cfg, m->nodes[node].host, m->nodes[node].port, err,
+                                     sizeof(err));
     if (!w->conns[node]) {
         note_error(w, "%s", err);
         w->broken = true;
@@ -1236,7 +1312,8 @@ static int request_classic_cluster(worker *w, bool is_set, int argc, const char 
 
     *bytes = 0;
     for (redirects = 0;; redirects++) {
-        redisContext *rc;
+        static const char *asking_argv[1] = {"ASKING"};
+        bconn *rc;
         redisReply *r;
         void *vr = NULL;
         bool ask;
@@ -1251,21 +1328,21 @@ static int request_classic_cluster(worker *w, bool is_set, int argc, const char 
         rc = classic_node_conn(w, node);
         if (!rc)
             return OUT_ERR;
-        if (asking && redisAppendCommand(rc, "ASKING") != REDIS_OK) {
+        if (asking && bconn_append_argv(rc, 1, asking_argv, NULL) != REDIS_OK) {
             note_error(w, "out of memory");
             return OUT_ERR;
         }
-        if (redisAppendCommandArgv(rc, argc, argv, argvlen) != REDIS_OK) {
+        if (bconn_append_argv(rc, argc, argv, argvlen) != REDIS_OK) {
             note_error(w, "out of memory");
             return OUT_ERR;
         }
         if (asking) {
-            if (redisGetReply(rc, &vr) != REDIS_OK)
+            if (bconn_get_reply(rc, &vr) != REDIS_OK)
                 goto io_error;
             freeReplyObject(vr); /* +OK */
             vr = NULL;
         }
-        if (redisGetReply(rc, &vr) != REDIS_OK)
+        if (bconn_get_reply(rc, &vr) != REDIS_OK)
             goto io_error;
         r = vr;
         if (r->type != REDIS_REPLY_ERROR || redirects >= CLASSIC_MAX_REDIRECTS ||
@@ -1290,8 +1367,8 @@ static int request_classic_cluster(worker *w, bool is_set, int argc, const char 
     }
 io_error:
     note_error(w, "%s: connection error on %s:%d: %s", argv[0], m->nodes[node].host,
-               m->nodes[node].port, w->conns[node]->errstr);
-    w->broken = true; /* a hiredis context is unusable after an I/O error */
+               m->nodes[node].port, bconn_errstr(w->conns[node]));
+    w->broken = true; /* a connection is unusable after an I/O error */
     return OUT_ERR;
 }
 
@@ -2097,7 +2174,7 @@ static void run_pipeline_classic(worker *w)
             const char *argv[3];
             size_t argvlen[3];
             int argc;
-            redisContext *rc = w->rc;
+            bconn *rc = w->rc;
 
             r->key = w->keys + i * klen;
             argc = build_request(w, &r->is_set, r->key, argv, argvlen);
@@ -2110,7 +2187,7 @@ static void run_pipeline_classic(worker *w)
                 if (r->node < 0)
                     note_error(w, "%s: slot not served by any node", argv[0]);
             }
-            if (rc && redisAppendCommandArgv(rc, argc, argv, argvlen) != REDIS_OK) {
+            if (rc && bconn_append_argv(rc, argc, argv, argvlen) != REDIS_OK) {
                 note_error(w, "out of memory");
                 rc = NULL;
             }
@@ -2118,7 +2195,7 @@ static void run_pipeline_classic(worker *w)
         }
         for (i = 0; i < n; i++) {
             req *r = &w->reqs[i];
-            redisContext *rc = b->map ? (r->node >= 0 ? w->conns[r->node] : NULL) : w->rc;
+            bconn *rc = b->map ? (r->node >= 0 ? w->conns[r->node] : NULL) : w->rc;
             void *vr = NULL;
             redisReply *rep;
             size_t rbytes = 0;
@@ -2126,9 +2203,9 @@ static void run_pipeline_classic(worker *w)
             uint64_t t;
 
             if (r->outcome != OUT_ERR && !w->broken) {
-                if (redisGetReply(rc, &vr) != REDIS_OK) {
+                if (bconn_get_reply(rc, &vr) != REDIS_OK) {
                     note_error(w, "%s: connection error: %s", r->is_set ? "SET" : "GET",
-                               rc->errstr);
+                               bconn_errstr(rc));
                     w->broken = true;
                 } else {
                     bool ask;
@@ -2214,7 +2291,7 @@ static void *worker_main(void *arg)
             w->connect_failed = true;
         }
     } else if (b->cfg->client == CLIENT_CLASSIC) {
-        w->rc = hiredis_connect(b->cfg, w->first_error, sizeof(w->first_error));
+        w->rc = side_connect(b->cfg, w->first_error, sizeof(w->first_error));
         if (!w->rc)
             w->connect_failed = true;
     }
@@ -2365,6 +2442,7 @@ static void print_results(const config *cfg, const results *r)
         "------------------------------------------------------------------------------"
         "---------------------------------------------------------------------------";
     bool lib = r->lib_ok;
+    const char *classic_kind = cfg->tls ? "a blocking OpenSSL (TLS)" : "a hiredis";
 
     printf("\nALL STATS\n");
     printf("mode %s", mode_name(cfg));
@@ -2408,11 +2486,16 @@ static void print_results(const config *cfg, const results *r)
                "(io-threads %u, batch-delay-us %u, fast-path %s)\n",
                cfg->threads, r->io_threads, r->batch_delay_us, r->fast_path ? "on" : "off");
     else if (r->cluster)
-        printf("client               classic, %u threads, a hiredis connection each per "
-               "master (%u masters)\n", cfg->threads, r->masters);
+        printf("client               classic, %u threads, %s connection each per "
+               "master (%u masters)\n", cfg->threads, classic_kind, r->masters);
     else
-        printf("client               classic, %u threads, a hiredis connection each\n",
-               cfg->threads);
+        printf("client               classic, %u threads, %s connection each\n",
+               cfg->threads, classic_kind);
+    if (cfg->tls)
+        printf("tls                  every connection%s%s%s%s\n",
+               cfg->tls_s.skip_verify ? ", server NOT verified (--tls-skip-verify)" : "",
+               cfg->tls_s.cert_file ? ", client certificate" : "",
+               cfg->tls_s.sni ? ", SNI " : "", cfg->tls_s.sni ? cfg->tls_s.sni : "");
     if (r->cluster)
         printf("cluster              %u masters, %u replicas\n", r->masters, r->replicas);
     printf("requests             %" PRIu64 " in %.3f s, errors %" PRIu64 "\n", r->ops,
@@ -2624,6 +2707,7 @@ static bool write_json(const config *cfg, const results *r)
     fprintf(f, "%s],\n", r->series_len ? "\n  " : "");
     json_u64(f, "errors", r->errors);
     fprintf(f, "  \"cluster\": %s,\n", r->cluster ? "true" : "false");
+    fprintf(f, "  \"tls\": %s,\n", cfg->tls ? "true" : "false");
     if (r->cluster) {
         bool rep = r->server_ok && r->replicas_ok;
 
@@ -2932,7 +3016,9 @@ int main(int argc, char **argv)
             die_run("rcp_set_allocator failed");
     }
 
-    signal(SIGPIPE, SIG_IGN); /* hiredis writes with plain write() */
+    signal(SIGPIPE, SIG_IGN); /* hiredis writes with plain write(), OpenSSL with send() */
+    if (cfg.tls && !bconn_tls_init(&cfg.tls_s, err, sizeof(err)))
+        die_usage("%s", err);
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_sigint;
     sa.sa_flags = SA_RESETHAND; /* a second signal kills at once */
@@ -2955,7 +3041,7 @@ int main(int argc, char **argv)
 
     /* Fail early and clearly if the server is not there. */
     if (!server_info_read(&cfg, &si0, err, sizeof(err)))
-        die_run("%s", err);
+        die_run("%s%s", err, cfg.tls ? "" : " (if the server speaks only TLS: --tls)");
     cfg.cluster = cfg.cluster_forced || si0.cluster_enabled;
     if (!cfg.cluster && cfg.read_policy > RCP_READ_MASTER_ONLY)
         die_run("--read-policy: %s:%d is not a cluster node (cluster_enabled:0)", cfg.host,
@@ -2995,6 +3081,14 @@ int main(int argc, char **argv)
             o.batch_delay_us = cfg.batch_delay_us;
         if (cfg.no_fast_path)
             o.fast_path = 0;
+        if (cfg.tls) {
+            o.tls = 1;
+            o.tls_ca_file = cfg.tls_s.ca_file;
+            o.tls_cert_file = cfg.tls_s.cert_file;
+            o.tls_key_file = cfg.tls_s.key_file;
+            o.tls_server_name = cfg.tls_s.sni;
+            o.tls_insecure_skip_verify = cfg.tls_s.skip_verify;
+        }
         res.io_threads = o.io_threads;
         res.batch_delay_us = o.batch_delay_us;
         res.fast_path = o.fast_path;
@@ -3132,7 +3226,7 @@ int main(int argc, char **argv)
             }
         for (i = 0; i < cfg.threads; i++)
             if (b.workers[i].rc)
-                redisFree(b.workers[i].rc);
+                bconn_free(b.workers[i].rc);
         rcp_conn_close(b.conn);
         rcp_cluster_close(b.cluster);
         die_run("%u of %u threads could not start their run", connect_failures, cfg.threads);
@@ -3281,13 +3375,13 @@ int main(int argc, char **argv)
         worker *w = &b.workers[i];
 
         if (w->rc)
-            redisFree(w->rc);
+            bconn_free(w->rc);
         if (w->conns) {
             unsigned k;
 
             for (k = 0; k < SLOTMAP_MAX_NODES; k++)
                 if (w->conns[k])
-                    redisFree(w->conns[k]);
+                    bconn_free(w->conns[k]);
             free(w->conns);
         }
     }
@@ -3318,6 +3412,7 @@ int main(int argc, char **argv)
     free(b.workers);
     free(b.value);
     free(cfg.host);
+    bconn_tls_cleanup();
 
     if (res.errors) {
         fprintf(stderr, PROG ": %" PRIu64 " of %" PRIu64 " requests failed\n", res.errors,

@@ -4,51 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
-#define SM_CONNECT_TIMEOUT_S 5
 #define SM_IO_TIMEOUT_S 10
-
-redisContext *sm_connect(const char *host, int port, const char *user, const char *password,
-                         int io_timeout_s, char *err, size_t errlen)
-{
-    struct timeval tv = {SM_CONNECT_TIMEOUT_S, 0};
-    redisContext *rc = redisConnectWithTimeout(host, port, tv);
-    redisReply *r;
-
-    if (!rc) {
-        snprintf(err, errlen, "cannot connect to %s:%d: out of memory", host, port);
-        return NULL;
-    }
-    if (rc->err) {
-        snprintf(err, errlen, "cannot connect to %s:%d: %s", host, port, rc->errstr);
-        redisFree(rc);
-        return NULL;
-    }
-    if (password) {
-        const char *argv[3];
-        int argc = 0;
-
-        argv[argc++] = "AUTH";
-        if (user)
-            argv[argc++] = user;
-        argv[argc++] = password;
-        r = redisCommandArgv(rc, argc, argv, NULL);
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            snprintf(err, errlen, "AUTH on %s:%d failed: %s", host, port,
-                     r ? r->str : rc->errstr);
-            if (r)
-                freeReplyObject(r);
-            redisFree(rc);
-            return NULL;
-        }
-        freeReplyObject(r);
-    }
-    /* The run must stop by itself even if the server hangs. */
-    tv.tv_sec = io_timeout_s;
-    redisSetTimeout(rc, tv);
-    return rc;
-}
 
 /* Caller holds mu (or is the only thread). */
 static int node_index_locked(slotmap *m, const char *host, int port)
@@ -99,23 +56,24 @@ static int endpoint_index(slotmap *m, const redisReply *e, const char *asked_hos
 /* Caller holds mu. */
 static bool load_locked(slotmap *m, const char *host, int port, char *err, size_t errlen)
 {
-    redisContext *rc = sm_connect(host, port, m->user, m->password, SM_IO_TIMEOUT_S, err, errlen);
+    bconn *c = bconn_connect(host, port, m->user, m->password, SM_IO_TIMEOUT_S, err, errlen);
+    const char *argv[2] = {"CLUSTER", "SLOTS"};
     redisReply *r;
     static uint16_t fresh[SLOTMAP_SLOTS]; /* only touched under mu */
     bool is_master[SLOTMAP_MAX_NODES] = {false}, is_replica[SLOTMAP_MAX_NODES] = {false};
     unsigned i, s;
     size_t k;
 
-    if (!rc)
+    if (!c)
         return false;
-    r = redisCommand(rc, "CLUSTER SLOTS");
+    r = bconn_command_argv(c, 2, argv, NULL);
     if (!r || r->type != REDIS_REPLY_ARRAY) {
         snprintf(err, errlen, "CLUSTER SLOTS on %s:%d failed: %s", host, port,
-                 !r ? rc->errstr
+                 !r ? bconn_errstr(c)
                     : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply type");
         if (r)
             freeReplyObject(r);
-        redisFree(rc);
+        bconn_free(c);
         return false;
     }
     for (s = 0; s < SLOTMAP_SLOTS; s++)
@@ -148,7 +106,7 @@ static bool load_locked(slotmap *m, const char *host, int port, char *err, size_
             fresh[s] = (uint16_t)mi;
     }
     freeReplyObject(r);
-    redisFree(rc);
+    bconn_free(c);
     for (i = 0; i < atomic_load_explicit(&m->nnodes, memory_order_relaxed); i++) {
         atomic_store_explicit(&m->nodes[i].master, is_master[i], memory_order_relaxed);
         atomic_store_explicit(&m->nodes[i].replica, is_replica[i], memory_order_relaxed);
@@ -160,7 +118,7 @@ bad:
     snprintf(err, errlen, "CLUSTER SLOTS on %s:%d: malformed reply (or more than %u nodes)", host,
              port, SLOTMAP_MAX_NODES);
     freeReplyObject(r);
-    redisFree(rc);
+    bconn_free(c);
     return false;
 }
 

@@ -1,6 +1,7 @@
-/* slotmap.h: the bench's own view of a Redis Cluster, read with hiredis from
- * CLUSTER SLOTS. It routes the classic baseline and the preload, and names
- * the masters and replicas whose INFO the bench reads.
+/* slotmap.h: the bench's own view of a Redis Cluster, read from CLUSTER
+ * SLOTS over a bconn (hiredis, or the TLS client with --tls). It routes the
+ * classic baseline and the preload, and names the masters and replicas
+ * whose INFO the bench reads.
  *
  * Lookups are lock-free (one acquire load per request): a node entry is
  * written before any slot points to it and is never removed or moved, so an
@@ -15,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <hiredis/hiredis.h>
+#include "bconn.h"
 
 #define SLOTMAP_SLOTS 16384u
 #define SLOTMAP_MAX_NODES 256u
@@ -38,11 +39,6 @@ typedef struct slotmap {
     int seed_port;
     const char *user, *password; /* AUTH for every connection; not copied */
 } slotmap;
-
-/* A blocking hiredis connection, authenticated, with io_timeout_s as its
- * socket timeout. NULL on failure with a message in err. */
-redisContext *sm_connect(const char *host, int port, const char *user, const char *password,
-                         int io_timeout_s, char *err, size_t errlen);
 
 /* Reads the first map from the seed. false with a message in err. */
 bool slotmap_init(slotmap *m, const char *seed_host, int seed_port, const char *user,
