@@ -10,7 +10,10 @@
 # checks: exit 0, "ALL STATS" printed, the JSON parses, ops > 0, errors 0,
 # hits + misses == gets, the mode and the keys each option adds. Then checks
 # with DBSIZE that the key patterns and seeds choose the keys they promise,
-# and that bad options exit 2. Both servers are stopped on exit.
+# and that bad options exit 2. Then, when rcp-bench has TLS, a TLS-only
+# 3-master cluster (certificates made by tests/scripts/tls-certs.sh): rcpipe
+# sync (with --preload), async and classic over --tls, and a wrong CA
+# refused. Every server is stopped on exit.
 #
 # This measures nothing: the runs are too short and the machine is shared.
 set -euo pipefail
@@ -22,10 +25,13 @@ REDIS_CLI=${REDIS_CLI:-redis-cli}
 T=${SMOKE_TEST_TIME:-0.6}
 
 tmp=$(mktemp -d -t rcp-bench-smoke.XXXXXX)
-node_pid="" node_dir="" cl_dir=""
+node_pid="" node_dir="" cl_dir="" tls_dir=""
 cleanup() {
     if [ -n "$node_pid" ]; then "$SCRIPTS/redis-node.sh" stop "$node_pid" "$node_dir" || true; fi
     if [ -n "$cl_dir" ]; then "$SCRIPTS/cluster.sh" stop "$cl_dir" >/dev/null 2>&1 || true; fi
+    if [ -n "$tls_dir" ]; then
+        RCP_CLUSTER_TLS_DIR=$tmp/certs "$SCRIPTS/cluster.sh" stop "$tls_dir" >/dev/null 2>&1 || true
+    fi
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -98,6 +104,7 @@ if "--preload" in args:
     check(g["misses"] == 0, f"{g['misses']} GETs missed right after --preload")
 if d["cluster"]:
     check(d["cluster_masters"] == 3, "expected 3 masters")
+check(d["tls"] == ("--tls" in args), f"tls {d['tls']}")
 PY
 }
 
@@ -183,5 +190,46 @@ bad --rate-limiting 0
 bad --rate-limiting 100 --pipeline 4
 bad --key-stddev 0
 bad --key-median 5000 --key-maximum 100
+bad --cacert "$BENCH"
+bad --tls-skip-verify
+bad --tls --cert "$BENCH"
+bad --tls --key "$BENCH"
+bad --tls --cacert "$tmp/no-such-file"
+bad --tls --async-depth 4 --client classic
 
-echo "smoke: OK ($runs runs, key choice and bad options checked)"
+# TLS: only where rcp-bench was built with it (a probe tells: without TLS
+# --tls is refused before connecting, with it the connect to port 1 fails).
+rc=0
+"$BENCH" -s 127.0.0.1:1 --tls -t 1 -n 1 >"$tmp/probe.txt" 2>&1 || rc=$?
+if [ "$rc" = 2 ] && grep -q "built without TLS" "$tmp/probe.txt"; then
+    echo "smoke: TLS part skipped: $(head -1 "$tmp/probe.txt")"
+    echo "smoke: OK ($runs runs, key choice and bad options checked; no TLS)"
+    exit 0
+fi
+"$SCRIPTS/tls-certs.sh" "$tmp/certs" >/dev/null
+tls_dir=$tmp/tls-cluster
+tls_seed=$(RCP_CLUSTER_TLS_DIR=$tmp/certs "$SCRIPTS/cluster.sh" start --masters 3 --replicas 0 \
+    --dir "$tls_dir" 2>"$tmp/tls-cluster.log") ||
+    fail "cluster.sh start (TLS): $(cat "$tmp/tls-cluster.log")"
+echo "smoke: TLS-only cluster seed $tls_seed"
+tls=(--tls --cacert "$tmp/certs/ca.crt")
+run "tls sync rcpipe" sync -s "$tls_seed" "${tls[@]}" --test-time 1 --preload
+run "tls async rcpipe" async -s "$tls_seed" "${tls[@]}" --test-time 1 --async-depth 16
+run "tls sync classic" sync -s "$tls_seed" "${tls[@]}" --test-time 1 --client classic
+run "tls pipeline classic" pipeline -s "$tls_seed" "${tls[@]}" --test-time 1 --client classic \
+    --pipeline 8
+for l in $loops; do
+    run "tls event loop $l" async -s "$tls_seed" "${tls[@]}" --test-time 1 --async-depth 8 \
+        --event-loop "$l"
+done
+rc=0
+"$BENCH" -s "$tls_seed" --tls --cacert "$tmp/certs/other-ca.crt" -t 1 -n 1 >"$tmp/tls.txt" 2>&1 ||
+    rc=$?
+[ "$rc" = 1 ] && grep -q "did not verify" "$tmp/tls.txt" ||
+    fail "--tls with the wrong CA: exit $rc, $(tail -1 "$tmp/tls.txt")"
+rc=0
+"$BENCH" -s "$tls_seed" -t 1 -n 1 >"$tmp/tls.txt" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q -- "--tls" "$tmp/tls.txt" ||
+    fail "a TLS-only cluster without --tls: exit $rc, $(tail -1 "$tmp/tls.txt")"
+
+echo "smoke: OK ($runs runs, key choice, bad options and TLS checked)"
