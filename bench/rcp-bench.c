@@ -12,6 +12,10 @@
  * before the timed phase, routed by the bench's own slot table from CLUSTER
  * SLOTS).
  *
+ * --tls: every connection speaks TLS, rcpipe's through its tls_* options,
+ * the classic baseline's and the side channels' through bconn.h (hiredis
+ * 0.14 has none: a small OpenSSL client, tlsconn.c).
+ *
  * Cluster mode is detected from INFO (cluster_enabled:1) or forced with
  * --cluster-mode; -s may name any node. Server CPU is then summed over the
  * masters (replicas are reported separately).
