@@ -130,14 +130,15 @@ void bconn_free(bconn *c)
 
 redisReply *bconn_command_argv(bconn *c, int argc, const char **argv, const size_t *argvlen)
 {
-    void *r = NULL;
-
 #ifdef RCP_BENCH_TLS
-    if (c->tc)
+    if (c->tc) {
+        void *r = NULL;
+
         return bconn_append_argv(c, argc, argv, argvlen) == REDIS_OK &&
                        bconn_get_reply(c, &r) == REDIS_OK
                    ? r
                    : NULL;
+    }
 #endif
     return redisCommandArgv(c->rc, argc, argv, argvlen);
 }
