@@ -216,11 +216,9 @@ tls=(--tls --cacert "$tmp/certs/ca.crt")
 run "tls sync rcpipe" sync -s "$tls_seed" "${tls[@]}" --test-time 1 --preload
 run "tls async rcpipe" async -s "$tls_seed" "${tls[@]}" --test-time 1 --async-depth 16
 run "tls sync classic" sync -s "$tls_seed" "${tls[@]}" --test-time 1 --client classic
-run "tls pipeline classic" pipeline -s "$tls_seed" "${tls[@]}" --test-time 1 --client classic \
-    --pipeline 8
+run "tls pipeline classic" pipeline -s "$tls_seed" "${tls[@]}" --client classic --pipeline 8
 for l in $loops; do
-    run "tls event loop $l" async -s "$tls_seed" "${tls[@]}" --test-time 1 --async-depth 8 \
-        --event-loop "$l"
+    run "tls event loop $l" async -s "$tls_seed" "${tls[@]}" --async-depth 8 --event-loop "$l"
 done
 rc=0
 "$BENCH" -s "$tls_seed" --tls --cacert "$tmp/certs/other-ca.crt" -t 1 -n 1 >"$tmp/tls.txt" 2>&1 ||
