@@ -2549,6 +2549,8 @@ static void print_results(const config *cfg, const results *r)
     if (r->lib_ok) {
         printf("futex wakes          %.3f /op\n", r->futex_wakes_per_op);
         printf("loop wakes           %.3f /op\n", r->loop_wakes_per_op);
+        printf("sender's own writes  %.3f /op\n",
+               ratio_or_nan((double)r->lib.caller_writes, (double)r->ops));
         printf("commands/write       %.2f (%" PRIu64 " batches, %" PRIu64 " send calls)\n",
                r->commands_per_write, r->lib.batches, r->lib.write_calls);
         printf("fast path            %.1f%% of requests\n", 100.0 * r->fast_path_fraction);
@@ -2631,6 +2633,8 @@ static bool write_json(const config *cfg, const results *r)
     json_num(f, "ctx_switches_per_op", r->ctx_switches_per_op, false);
     json_num(f, "futex_wakes_per_op", r->lib_ok ? r->futex_wakes_per_op : NAN, false);
     json_num(f, "loop_wakes_per_op", r->lib_ok ? r->loop_wakes_per_op : NAN, false);
+    json_num(f, "caller_writes_per_op",
+             r->lib_ok ? ratio_or_nan((double)r->lib.caller_writes, (double)r->ops) : NAN, false);
     json_num(f, "commands_per_write", r->lib_ok ? r->commands_per_write : NAN, false);
     json_num(f, "fast_path_fraction", r->lib_ok ? r->fast_path_fraction : NAN, false);
     json_num(f, "write_calls_per_op",
@@ -2988,10 +2992,10 @@ static _Noreturn void report_hang(bench *b)
                     ", replies %" PRIu64 ", batches %" PRIu64 ", commands_written %" PRIu64
                     ", write_calls %" PRIu64 ", read_calls %" PRIu64 ", timeouts %" PRIu64
                     ", disconnects %" PRIu64 ", fast_path %" PRIu64 ", futex_wakes %" PRIu64
-                    ", loop_wakes %" PRIu64 "\n",
+                    ", loop_wakes %" PRIu64 ", caller_writes %" PRIu64 "\n",
                     st->requests, st->replies, st->batches, st->commands_written,
                     st->write_calls, st->read_calls, st->timeouts, st->disconnects,
-                    st->fast_path, st->futex_wakes, st->loop_wakes);
+                    st->fast_path, st->futex_wakes, st->loop_wakes, st->caller_writes);
     }
     for (i = 0; i < cfg->threads; i++)
         if (b->workers[i].first_error[0]) {
@@ -3340,6 +3344,7 @@ int main(int argc, char **argv)
         res.lib.fast_path = s1->fast_path - s0->fast_path;
         res.lib.futex_wakes = s1->futex_wakes - s0->futex_wakes;
         res.lib.loop_wakes = s1->loop_wakes - s0->loop_wakes;
+        res.lib.caller_writes = s1->caller_writes - s0->caller_writes;
         lib_requests = res.lib.requests;
         if (b.cluster || (cfg.event_loop && cfg.cluster)) {
             const rcp_cluster_stats *c0 = &st0.cl, *c1 = &st1.cl;
