@@ -2551,6 +2551,10 @@ static void print_results(const config *cfg, const results *r)
         printf("loop wakes           %.3f /op\n", r->loop_wakes_per_op);
         printf("sender's own writes  %.3f /op\n",
                ratio_or_nan((double)r->lib.caller_writes, (double)r->ops));
+        printf("callers' reads       %.3f /op (replies a sync caller on the socket read; "
+               "%.3f leads/op)\n",
+               ratio_or_nan((double)r->lib.caller_replies, (double)r->ops),
+               ratio_or_nan((double)r->lib.leads, (double)r->ops));
         printf("commands/write       %.2f (%" PRIu64 " batches, %" PRIu64 " send calls)\n",
                r->commands_per_write, r->lib.batches, r->lib.write_calls);
         printf("fast path            %.1f%% of requests\n", 100.0 * r->fast_path_fraction);
@@ -2635,6 +2639,10 @@ static bool write_json(const config *cfg, const results *r)
     json_num(f, "loop_wakes_per_op", r->lib_ok ? r->loop_wakes_per_op : NAN, false);
     json_num(f, "caller_writes_per_op",
              r->lib_ok ? ratio_or_nan((double)r->lib.caller_writes, (double)r->ops) : NAN, false);
+    json_num(f, "caller_replies_per_op",
+             r->lib_ok ? ratio_or_nan((double)r->lib.caller_replies, (double)r->ops) : NAN, false);
+    json_num(f, "leads_per_op",
+             r->lib_ok ? ratio_or_nan((double)r->lib.leads, (double)r->ops) : NAN, false);
     json_num(f, "commands_per_write", r->lib_ok ? r->commands_per_write : NAN, false);
     json_num(f, "fast_path_fraction", r->lib_ok ? r->fast_path_fraction : NAN, false);
     json_num(f, "write_calls_per_op",
@@ -3345,6 +3353,8 @@ int main(int argc, char **argv)
         res.lib.futex_wakes = s1->futex_wakes - s0->futex_wakes;
         res.lib.loop_wakes = s1->loop_wakes - s0->loop_wakes;
         res.lib.caller_writes = s1->caller_writes - s0->caller_writes;
+        res.lib.leads = s1->leads - s0->leads;
+        res.lib.caller_replies = s1->caller_replies - s0->caller_replies;
         lib_requests = res.lib.requests;
         if (b.cluster || (cfg.event_loop && cfg.cluster)) {
             const rcp_cluster_stats *c0 = &st0.cl, *c1 = &st1.cl;

@@ -529,6 +529,8 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
         return RCP_OK;
     }
     ring = conn_want_loop(c);
+    if (c->fast_active)
+        atomic_store_explicit(&c->behind, 1, memory_order_relaxed); /* it writes them */
     if (!ring && c->fast_active && deadline) {
         /* Queued behind a lone caller, who pokes the loop when it leaves:
          * in time, unless this deadline comes before the lone caller's
@@ -863,6 +865,8 @@ int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *o)
     S(futex_wakes);
     S(loop_wakes);
     S(caller_writes);
+    S(leads);
+    S(caller_replies);
 #undef S
     return RCP_OK;
 }
@@ -888,5 +892,7 @@ void rcp_conn_stats_add(rcp_conn_stats *sum, const rcp_conn_stats *add)
     A(futex_wakes);
     A(loop_wakes);
     A(caller_writes);
+    A(leads);
+    A(caller_replies);
 #undef A
 }

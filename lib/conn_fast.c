@@ -1,11 +1,19 @@
 /* lib/conn_fast.c: sync calls. The caller's future lives on its stack
- * and it sleeps on a futex word in it until the loop resolves it.
+ * and it sleeps on a futex word in it until its reply is there.
  *
  * A lone synchronous caller that finds the connection idle does its own
  * write and read instead (the fast path): no loop hop, no wake, the two
- * system calls of a plain client. It uses the same write and read helpers
- * as the loop (conn_int.h), and hands the socket back to the loop on
- * anything unusual (partial write, timeout, error, stray bytes). */
+ * system calls of a plain client. Callers that come while it is on the
+ * socket queue behind it and sleep. When it has its reply it does not
+ * wake the loop for them: it writes what they queued as one batch and
+ * hands the socket to the last of them (leader/follower), which reads the
+ * batch's replies, wakes each of the others once, and passes the socket
+ * on the same way when its own reply is in. The loop is needed only when
+ * nobody is on the socket, or for what a caller cannot do (async
+ * futures, whose callbacks run on a loop thread; a partial write). Both
+ * use the same write and read helpers as the loop (conn_int.h), and hand
+ * the socket back to the loop on anything unusual (partial write,
+ * timeout, error, stray bytes). */
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -23,15 +31,19 @@
 #include "reply.h"
 
 #define FAST_STACK_BUF 4096
+#define LEAD_READ_MAX 64
 
 /* ------------------------------------------------------------------ */
 /* a future on the caller's stack, a futex word to sleep on            */
 
+enum { SF_PENDING = 0, SF_SLEEPING = 1, SF_DONE = 2, SF_LEAD = 3 };
+
 typedef struct sync_future {
     rcp_future f;
-    atomic_uint state; /* 0 pending, 1 a waiter sleeps, 2 resolved */
+    atomic_uint state; /* SF_*: a waiter sleeps while SF_SLEEPING */
     rcp_reply *reply;
     struct rcp_conn *c;
+    uint64_t idx;      /* its slot, set by whoever hands it the lead */
 } sync_future;
 
 static void futex_wait(atomic_uint *addr, unsigned val)
@@ -50,32 +62,35 @@ static void sync_resolve(rcp_future *f, rcp_reply *r)
     struct rcp_conn *c = s->c;
     rcp_reply *kept = rcp_reply_keep(r);
     s->reply = kept ? kept : rcp__reply_error_new(RCP_ERR_OOM, NULL);
-    /* After this store the waiter may return: touch nothing of s after. */
-    if (atomic_exchange(&s->state, 2) == 1) {
+    /* After this store the waiter may return: touch nothing of s after.
+     * A leading caller resolving its own future finds SF_LEAD: no wake. */
+    if (atomic_exchange(&s->state, SF_DONE) == SF_SLEEPING) {
         futex_wake(&s->state);
         conn_stat_add(&c->st.futex_wakes, 1);
     }
 }
 
-static rcp_reply *sync_wait(sync_future *s)
+/* Sleep until the future is resolved (SF_DONE) or handed the lead
+ * (SF_LEAD); returns which. */
+static unsigned sync_wait(sync_future *s)
 {
     unsigned v = atomic_load(&s->state);
-    while (v != 2) {
-        if (v == 0) {
-            unsigned expect = 0;
-            if (!atomic_compare_exchange_strong(&s->state, &expect, 1)) {
+    while (v != SF_DONE && v != SF_LEAD) {
+        if (v == SF_PENDING) {
+            unsigned expect = SF_PENDING;
+            if (!atomic_compare_exchange_strong(&s->state, &expect, SF_SLEEPING)) {
                 v = expect;
                 continue;
             }
         }
-        futex_wait(&s->state, 1);
+        futex_wait(&s->state, SF_SLEEPING);
         v = atomic_load(&s->state);
     }
-    return s->reply;
+    return v;
 }
 
 /* ------------------------------------------------------------------ */
-/* the lone caller                                                     */
+/* a calling thread on the socket                                      */
 
 /* Mutex held. Release the socket from the fast path; the loop takes over.
  * Returns 1 if the loop must be rung. */
@@ -87,12 +102,23 @@ static int fast_handback(struct rcp_conn *c)
     return 1;
 }
 
-/* The lone caller's blocking read is bounded by SO_RCVTIMEO, set at
- * connect to the connection's request (or I/O) timeout. A request whose
- * deadline comes sooner (a per-call deadline, the time left after a
- * cluster retry) lowers it for as long as such requests come, and a later
- * ordinary request puts it back: in the steady state no system call is
- * added. */
+/* Mutex held. A calling thread on the socket fails: the loop fails the
+ * connection and resolves what is outstanding. Releases the mutex. */
+static void fast_fail(struct rcp_conn *c, int code, const char *cause)
+{
+    c->need_close = 1;
+    c->close_code = code;
+    snprintf(c->close_msg, sizeof c->close_msg, "%s", cause);
+    fast_handback(c);
+    pthread_mutex_unlock(&c->mu);
+    conn_ring_loop(c);
+}
+
+/* The caller's blocking read is bounded by SO_RCVTIMEO, set at connect
+ * to the connection's request (or I/O) timeout. A request whose deadline
+ * comes sooner (a per-call deadline, the time left after a cluster retry)
+ * lowers it for as long as such requests come, and a later ordinary
+ * request puts it back: in the steady state no system call is added. */
 static void fast_rcvtimeo(struct rcp_conn *c, uint64_t deadline)
 {
     int want = c->rcvtimeo_dflt_ms;
@@ -112,126 +138,168 @@ static void fast_rcvtimeo(struct rcp_conn *c, uint64_t deadline)
         c->rcvtimeo_ms = want;
 }
 
-/* The lone-caller path. Returns a reply, or NULL if the request was handed
- * to the loop (then wait on s). Entered with the slot queued at index idx,
- * c->wr == c->taken == idx + 1 (we write it ourselves), fast_active set. */
-static rcp_reply *fast_io(struct rcp_conn *c, uint64_t idx, const char *buf,
-                          size_t len, uint64_t deadline)
+/* One blocking read (the socket is in blocking mode; the loop always
+ * passes MSG_DONTWAIT): one system call, as a plain client makes.
+ * SO_RCVTIMEO bounds it. Returns 1 once bytes were fed to the reader, 0
+ * when `deadline` passed first, -1 on a failure (cause and *code set: the
+ * connection must be closed). `since`: the last byte read, for the I/O
+ * timeout. */
+static int fast_read(struct rcp_conn *c, uint64_t deadline, uint64_t since, char *cause,
+                     size_t len, int *code)
 {
-    size_t off = 0;
-    int fd = c->fd, wr;
-    uint64_t started = rcp__now_ns();
-    void *rep = NULL;
-    char cause[512];
-    int code = RCP_ERR_IO;
-
-    wr = conn_write_some(c, buf, len, &off);
-    if (wr != CONN_IO_DONE) {
-        if (wr == CONN_IO_AGAIN) {
-            /* Socket buffer full: give the rest to the loop as pending. */
-            size_t rest = len - off;
-            pthread_mutex_lock(&c->mu);
-            if (rcp__conn_pend_reserve(c, rest) < 0) {
-                c->wr = idx; /* incomplete: never executed */
-                c->need_close = 1;
-                c->close_code = RCP_ERR_IO;
-                snprintf(c->close_msg, sizeof c->close_msg, "out of memory handing a write to the loop");
-            } else {
-                size_t used = c->pend_len - c->pend_off;
-                memmove(c->pend + c->pend_off + rest, c->pend + c->pend_off, used);
-                memcpy(c->pend + c->pend_off, buf + off, rest);
-                c->pend_len += rest;
-                c->ring[idx & c->mask].len = rest;
-                c->wr = c->taken = idx;
-            }
-            fast_handback(c);
-            pthread_mutex_unlock(&c->mu);
-            conn_ring_loop(c);
-            return NULL;
-        }
-        conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
-        pthread_mutex_lock(&c->mu);
-        c->wr = idx; /* not (completely) written: never executed */
-        goto handoff_fail;
-    }
-    conn_stat_add(&c->st.batches, 1);
-    conn_stat_add(&c->st.commands_written, 1);
-    fast_rcvtimeo(c, deadline);
-
     for (;;) {
-        ssize_t r;
-        if (redisReaderGetReply(c->reader, &rep) != REDIS_OK) {
-            code = rcp__conn_reader_failure(c, cause, sizeof cause);
-            pthread_mutex_lock(&c->mu);
-            goto handoff_fail;
-        }
-        if (rep)
-            break;
-        /* A blocking read (the socket is in blocking mode; the loop always
-         * passes MSG_DONTWAIT): one system call, as a plain client makes.
-         * SO_RCVTIMEO bounds it. */
-        r = conn_recv_feed(c, 0);
+        ssize_t r = conn_recv_feed(c, 0);
         if (r > 0)
-            continue;
+            return 1;
         if (r == CONN_IO_BAD) {
-            code = rcp__conn_reader_failure(c, cause, sizeof cause);
-            pthread_mutex_lock(&c->mu);
-            goto handoff_fail;
+            *code = rcp__conn_reader_failure(c, cause, len);
+            return -1;
         }
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             uint64_t now = rcp__now_ns();
             if (deadline && now >= deadline)
-                break; /* request timeout */
-            if (c->opt.io_timeout_ms > 0 && now >= started + conn_ms_to_ns(c->opt.io_timeout_ms)) {
-                snprintf(cause, sizeof cause, "I/O timeout: no reply byte for %d ms",
-                         c->opt.io_timeout_ms);
-                pthread_mutex_lock(&c->mu);
-                goto handoff_fail;
+                return 0;
+            if (c->opt.io_timeout_ms > 0 && now >= since + conn_ms_to_ns(c->opt.io_timeout_ms)) {
+                snprintf(cause, len, "I/O timeout: no reply byte for %d ms", c->opt.io_timeout_ms);
+                *code = RCP_ERR_IO;
+                return -1;
             }
             if (!deadline && c->opt.io_timeout_ms <= 0) {
                 /* No receive timeout configured: wait for readability. */
                 struct pollfd p;
-                p.fd = fd;
+                p.fd = c->fd;
                 p.events = POLLIN;
                 p.revents = 0;
                 poll(&p, 1, 100);
             }
             continue;
         }
-        conn_io_cause(c, r, "read", cause, sizeof cause);
-        pthread_mutex_lock(&c->mu);
-        goto handoff_fail;
+        conn_io_cause(c, r, "read", cause, len);
+        *code = RCP_ERR_IO;
+        return -1;
     }
+}
 
-    pthread_mutex_lock(&c->mu);
-    if (rep) {
-        int ring;
-        c->ring[idx & c->mask].f = NULL;
-        c->head = idx + 1;
-        c->last_read_ns = rcp__now_ns();
-        c->fast_active = 0;
-        ring = c->taken < c->tail && conn_want_loop(c);
-        if (c->reader->pos < c->reader->len) {
-            /* More bytes than our one reply: the server answered something
-             * nobody asked. Ours came first; the connection is not to be
-             * trusted any more. */
-            c->need_close = 1;
-            c->close_code = RCP_ERR_PROTOCOL;
-            snprintf(c->close_msg, sizeof c->close_msg,
-                     "protocol error: a reply arrived with no request waiting for it");
-            c->wake_pending = 1;
-            ring = 1;
+/* Mutex held. The last of the requests queued from `taken` on that a
+ * calling thread may write and read for: every one before it a sync
+ * caller's (or already timed out), itself a sync caller's. A loop
+ * thread's futures (async callbacks, ASKING) are not for a caller's
+ * thread to resolve. UINT64_MAX if none. */
+static uint64_t lead_candidate(struct rcp_conn *c)
+{
+    uint64_t i, last = UINT64_MAX;
+    if (c->state != RCP__ST_READY || c->closing || c->need_close || c->need_read || c->push_fn ||
+        c->wlen != c->woff)
+        return UINT64_MAX;
+    for (i = c->taken; i < c->tail; i++) {
+        rcp_future *f = c->ring[i & c->mask].f;
+        if (!f)
+            continue;
+        if (f->resolve != sync_resolve)
+            break;
+        last = i;
+    }
+    return last;
+}
+
+/* Mutex held, by the thread on the socket. Write the queued requests of
+ * [taken, j] as one batch (more flushes if it passes a flush's caps).
+ * Returns 1 once written; 0 if the socket went to the loop (a full socket
+ * buffer: the loop writes the rest and reads; a failure), mutex released. */
+static int write_queued(struct rcp_conn *c, uint64_t j)
+{
+    char cause[512];
+    while (c->taken <= j) {
+        int rv;
+        if (!rcp__conn_take_flush(c, j + 1)) {
+            fast_fail(c, RCP_ERR_IO, "out of memory taking a flush");
+            return 0;
+        }
+        pthread_mutex_unlock(&c->mu);
+        rv = conn_write_some(c, c->wbuf, c->wlen, &c->woff);
+        if (rv == CONN_IO_ERR)
+            conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
+        pthread_mutex_lock(&c->mu);
+        rcp__conn_account_written(c);
+        if (rv == CONN_IO_ERR) {
+            fast_fail(c, RCP_ERR_IO, cause);
+            return 0;
+        }
+        if (rv == CONN_IO_AGAIN) {
+            c->need_read = 1;
+            fast_handback(c);
+            pthread_mutex_unlock(&c->mu);
+            conn_ring_loop(c);
+            return 0;
+        }
+        c->wlen = c->woff = c->wslot_off = 0;
+    }
+    return 1;
+}
+
+/* Mutex held (released on return), by the thread on the socket once its
+ * own reply is in. Write what callers queued meanwhile, then hand the
+ * socket to the last caller whose request is written and unanswered: it
+ * reads the replies up to its own, waking their callers. With nothing in
+ * flight and nothing a caller can take, the socket goes back to the loop
+ * (rung if something is queued). */
+static void fast_leave(struct rcp_conn *c)
+{
+    uint64_t j = UINT64_MAX, i;
+    sync_future *next;
+    int ring;
+
+    if (c->head == c->wr && c->reader->pos < c->reader->len) {
+        /* More bytes than the replies asked for: the server answered
+         * something nobody asked. The connection is not to be trusted. */
+        fast_fail(c, RCP_ERR_PROTOCOL, "protocol error: a reply arrived with no request waiting for it");
+        return;
+    }
+    if (c->taken < c->tail) {
+        uint64_t q = lead_candidate(c);
+        if (q != UINT64_MAX && !write_queued(c, q))
+            return;
+    }
+    for (i = c->wr; i > c->head; i--) {
+        /* Written by callers on the socket: sync futures, or timed out. */
+        if (c->ring[(i - 1) & c->mask].f) {
+            j = i - 1;
+            break;
+        }
+    }
+    if (j == UINT64_MAX) {
+        if (c->head < c->wr) {
+            c->need_read = 1; /* only late replies are due: the loop reads them */
+            ring = fast_handback(c);
+        } else {
+            c->fast_active = 0;
+            ring = c->taken < c->tail && conn_want_loop(c);
         }
         pthread_mutex_unlock(&c->mu);
         if (ring)
             conn_ring_loop(c);
-        conn_stat_add(&c->st.replies, 1);
-        conn_stat_add(&c->st.fast_path, 1);
-        return rep;
+        return;
     }
-    /* Request timeout: resolve it here, leave the late reply to the loop. */
+    next = (sync_future *)c->ring[j & c->mask].f;
+    c->fast_idx = j; /* the loop's timers keep off it from here */
+    next->idx = j;
+    pthread_mutex_unlock(&c->mu);
+    /* From here the socket is next's: touch nothing of c's I/O state. */
+    conn_stat_add(&c->st.leads, 1);
+    if (atomic_exchange(&next->state, SF_LEAD) == SF_SLEEPING) {
+        futex_wake(&next->state);
+        conn_stat_add(&c->st.futex_wakes, 1);
+    }
+}
+
+/* Mutex held. The thread on the socket gives up waiting for its own
+ * reply (its deadline passed): resolve it here, leave the late reply and
+ * the others' to the loop (mutex released). */
+static rcp_reply *fast_timeout(struct rcp_conn *c, uint64_t idx)
+{
+    char cause[400];
     c->ring[idx & c->mask].f = NULL;
     c->need_read = 1;
     fast_handback(c);
@@ -240,16 +308,129 @@ static rcp_reply *fast_io(struct rcp_conn *c, uint64_t idx, const char *buf,
     conn_stat_add(&c->st.timeouts, 1);
     snprintf(cause, sizeof cause, "%s: request timed out (no reply before its deadline)", c->addr);
     return rcp__reply_error_new(RCP_ERR_TIMEOUT, cause);
+}
 
-handoff_fail:
-    /* Mutex held. The loop fails the connection and resolves our future. */
-    c->need_close = 1;
-    c->close_code = code;
-    snprintf(c->close_msg, sizeof c->close_msg, "%s", cause);
-    fast_handback(c);
-    pthread_mutex_unlock(&c->mu);
-    conn_ring_loop(c);
+/* The thread on the socket (a lone caller after its write, or a waiting
+ * caller handed the lead), its request `own` written: read replies in
+ * order up to its own, resolving each (a sleeping caller is woken once),
+ * and before each blocking read write what callers queued behind it.
+ * Then pass the socket on (fast_leave). Returns its reply, or NULL if the
+ * socket went to the loop before its reply came (then wait on s). */
+static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint64_t deadline)
+{
+    rcp_reply *replies[LEAD_READ_MAX];
+    uint64_t since = rcp__now_ns();
+    char cause[512];
+    int code = RCP_ERR_IO;
+
+    fast_rcvtimeo(c, deadline);
+    while (atomic_load(&s->state) != SF_DONE) {
+        size_t n = 0;
+        int got;
+        for (;;) {
+            void *rep = NULL;
+            if (redisReaderGetReply(c->reader, &rep) != REDIS_OK) {
+                code = rcp__conn_reader_failure(c, cause, sizeof cause);
+                goto fail;
+            }
+            if (!rep)
+                break;
+            replies[n++] = rep;
+            /* Only the thread on the socket moves head: read unlocked. */
+            if (n == LEAD_READ_MAX || (uint64_t)n > own - c->head)
+                break;
+        }
+        if (n) {
+            conn_stat_add(&c->st.caller_replies, n);
+            if (!rcp__conn_dispatch(c, replies, n)) {
+                code = RCP_ERR_PROTOCOL;
+                snprintf(cause, sizeof cause,
+                         "protocol error: a reply arrived with no request waiting for it");
+                goto fail;
+            }
+            continue;
+        }
+        if (atomic_load_explicit(&c->behind, memory_order_relaxed)) {
+            uint64_t q;
+            pthread_mutex_lock(&c->mu);
+            atomic_store_explicit(&c->behind, 0, memory_order_relaxed);
+            q = lead_candidate(c);
+            if (q != UINT64_MAX && !write_queued(c, q))
+                goto handed;
+            pthread_mutex_unlock(&c->mu);
+        }
+        got = fast_read(c, deadline, since, cause, sizeof cause, &code);
+        if (got > 0) {
+            since = rcp__now_ns();
+            continue;
+        }
+        if (got < 0)
+            goto fail;
+        pthread_mutex_lock(&c->mu);
+        return fast_timeout(c, own); /* ours is not in: only we read */
+    }
+    pthread_mutex_lock(&c->mu);
+    c->last_read_ns = since;
+    fast_leave(c);
+    conn_stat_add(&c->st.fast_path, 1);
+    return s->reply;
+
+fail:
+    pthread_mutex_lock(&c->mu);
+    fast_fail(c, code, cause);
+handed : {
+    /* The loop has the socket; our reply (if not in yet) comes from it. */
+    unsigned lead = SF_LEAD;
+    atomic_compare_exchange_strong(&s->state, &lead, SF_PENDING);
+    if (atomic_load(&s->state) == SF_DONE)
+        return s->reply;
     return NULL;
+}
+}
+
+/* The lone-caller path. Returns a reply, or NULL if the request was handed
+ * to the loop (then wait on s). Entered with the slot queued at index idx,
+ * c->wr == c->taken == idx + 1 (we write it ourselves), fast_active set. */
+static rcp_reply *fast_io(struct rcp_conn *c, sync_future *s, uint64_t idx, const char *buf,
+                          size_t len, uint64_t deadline)
+{
+    size_t off = 0;
+    int wr;
+    char cause[512];
+
+    wr = conn_write_some(c, buf, len, &off);
+    if (wr == CONN_IO_AGAIN) {
+        /* Socket buffer full: give the rest to the loop as pending. */
+        size_t rest = len - off;
+        pthread_mutex_lock(&c->mu);
+        if (rcp__conn_pend_reserve(c, rest) < 0) {
+            c->wr = idx; /* incomplete: never executed */
+            fast_fail(c, RCP_ERR_IO, "out of memory handing a write to the loop");
+            return NULL;
+        }
+        {
+            size_t used = c->pend_len - c->pend_off;
+            memmove(c->pend + c->pend_off + rest, c->pend + c->pend_off, used);
+            memcpy(c->pend + c->pend_off, buf + off, rest);
+            c->pend_len += rest;
+            c->ring[idx & c->mask].len = rest;
+            c->wr = c->taken = idx;
+        }
+        fast_handback(c);
+        pthread_mutex_unlock(&c->mu);
+        conn_ring_loop(c);
+        return NULL;
+    }
+    if (wr != CONN_IO_DONE) {
+        conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
+        pthread_mutex_lock(&c->mu);
+        c->wr = idx; /* not (completely) written: never executed */
+        fast_fail(c, RCP_ERR_IO, cause);
+        return NULL;
+    }
+    conn_stat_add(&c->st.batches, 1);
+    conn_stat_add(&c->st.commands_written, 1);
+    return lead_io(c, s, idx, deadline);
 }
 
 /* Try the lone-caller path. Returns the reply, NULL if not taken (then the
@@ -306,6 +487,7 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
     c->tail = c->taken = c->wr = idx + 1;
     c->fast_active = 1;
     c->fast_idx = idx;
+    atomic_store_explicit(&c->behind, 0, memory_order_relaxed);
     c->last_read_ns = now;
     conn_stat_add(&c->st.requests, 1);
     pthread_mutex_unlock(&c->mu);
@@ -314,7 +496,7 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
         rcp__format_write(buf, argc, argv, argvlen);
         raw = buf;
     }
-    r = fast_io(c, idx, raw, len, deadline);
+    r = fast_io(c, s, idx, raw, len, deadline);
     if (buf != stackbuf)
         rcp__free(buf);
     if (!r)
@@ -330,6 +512,7 @@ rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
 {
     sync_future s;
     rcp_reply *r;
+    uint64_t deadline;
     int rv, handed = 0;
 
     memset(&s, 0, sizeof s);
@@ -348,6 +531,15 @@ rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
         if (rv != RCP_OK)
             return rcp__conn_error_reply(rv, NULL, "request refused");
     }
-    return sync_wait(&s);
+    for (;;) {
+        if (sync_wait(&s) == SF_DONE)
+            return s.reply;
+        pthread_mutex_lock(&c->mu);
+        deadline = c->ring[s.idx & c->mask].deadline;
+        pthread_mutex_unlock(&c->mu);
+        r = lead_io(c, &s, s.idx, deadline);
+        if (r)
+            return r;
+    }
 }
 

@@ -97,12 +97,14 @@ struct rcp_conn {
     int rcvtimeo_ms;      /* the socket's SO_RCVTIMEO now (0: none); owned by whoever owns the
                            * socket's I/O */
     int rcvtimeo_dflt_ms; /* what set_blocking gave it: min(request, io timeout) */
-    int fast_active;      /* a lone caller owns the socket's I/O */
+    int fast_active;      /* a calling thread owns the socket's I/O: a lone caller, or a
+                           * waiting one handed the lead (conn_fast.c) */
     uint64_t fast_idx;    /* its slot: the loop never expires it */
     int loop_io;          /* the loop is inside process: no fast path */
     int wake_pending;     /* the loop has been asked to flush the pending requests */
     int need_close;       /* the fast path hands a failure to the loop */
     int need_read;        /* the fast path hands the reader role back */
+    atomic_int behind;    /* requests were queued while a calling thread had the socket */
     int caller_writing;   /* a sending thread writes the pending requests itself
                            * (rcp__conn_caller_flush): the loop keeps off the socket */
     int loop_deferred;    /* the loop was called meanwhile: the writer rings it after */
@@ -152,7 +154,8 @@ struct rcp_conn {
     struct {
         _Atomic uint64_t requests, replies, batches, commands_written, write_calls,
             read_calls, bytes_out, bytes_in, timeouts, late_replies, reconnects,
-            disconnects, fast_path, futex_wakes, loop_wakes, caller_writes;
+            disconnects, fast_path, futex_wakes, loop_wakes, caller_writes, leads,
+            caller_replies;
     } st;
 };
 
@@ -370,6 +373,19 @@ extern const rcp__loop_src_ops rcp__conn_src_ops;
  * gets the text. Either way the connection must be closed. */
 int rcp__conn_reader_failure(struct rcp_conn *c, char *cause, size_t len);
 void rcp__conn_resolve_error(rcp_future *f, int code, const char *msg);
+/* Mutex held, by whoever owns the socket's I/O (the loop, a sending
+ * thread, a leading caller). Take the pending requests of [taken, limit)
+ * into wbuf, up to the caps of one flush (max_batch_commands,
+ * max_batch_bytes). Returns 0 on OOM. */
+int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit);
+/* Mutex held. Count the slots the flush wrote whole ([wr, taken) up to
+ * woff). The first one written on an idle connection starts the I/O
+ * timeout. Returns 1 if that lowered the connection's timer. */
+int rcp__conn_account_written(struct rcp_conn *c);
+/* Mutex not held, by the reader of the socket. Hand parsed replies to
+ * their futures in order (resolved outside the mutex). Returns 0 if a
+ * reply had no request (protocol violation). */
+int rcp__conn_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n);
 
 /* A sending thread that found the connection idle (conn.c, enqueue_many;
  * mutex held, released on return): write the pending requests as the

@@ -76,11 +76,8 @@ static void expire(struct rcp_conn *c, uint64_t now)
 /* ------------------------------------------------------------------ */
 /* the flush: write what callers queued                               */
 
-/* Mutex held. Take up to the caps' worth of pending requests into wbuf
- * (one flush: max_batch_commands, max_batch_bytes). Returns 0 on OOM. */
-static int take_flush(struct rcp_conn *c)
+int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit)
 {
-    uint64_t limit = c->state == RCP__ST_READY ? c->tail : c->hs_end;
     uint64_t i = c->taken, n = 0;
     size_t bytes = 0;
     while (i < limit && n < c->opt.max_batch_commands) {
@@ -131,10 +128,7 @@ static void arm(struct rcp_conn *c)
         __atomic_store_n(&c->armed, 1, __ATOMIC_RELAXED);
 }
 
-/* Mutex held. Count the slots the flush wrote whole ([wr, taken) up to
- * woff). The first one written on an idle connection starts the I/O
- * timeout. Returns 1 if that lowered the connection's timer. */
-static int account_written(struct rcp_conn *c)
+int rcp__conn_account_written(struct rcp_conn *c)
 {
     int lowered = 0;
     while (c->wr < c->taken && c->woff >= c->wslot_off + c->ring[c->wr & c->mask].len) {
@@ -199,7 +193,7 @@ static int do_write(struct rcp_conn *c)
                     return 1;
                 }
             }
-            if (!take_flush(c)) {
+            if (!rcp__conn_take_flush(c, c->state == RCP__ST_READY ? c->tail : c->hs_end)) {
                 pthread_mutex_unlock(&c->mu);
                 rcp__conn_fail(c, RCP_ERR_IO, "out of memory taking a flush");
                 return 0;
@@ -220,13 +214,13 @@ static int do_write(struct rcp_conn *c)
             conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
             /* Account what was fully written before failing. */
             pthread_mutex_lock(&c->mu);
-            account_written(c);
+            rcp__conn_account_written(c);
             pthread_mutex_unlock(&c->mu);
             rcp__conn_fail(c, RCP_ERR_IO, cause);
             return 0;
         }
         pthread_mutex_lock(&c->mu);
-        account_written(c);
+        rcp__conn_account_written(c);
         conn_push_retire(c);
         if (c->woff == c->wlen)
             c->wlen = c->woff = c->wslot_off = 0;
@@ -259,7 +253,7 @@ void rcp__conn_caller_flush(struct rcp_conn *c, int lowered)
     conn_stat_add(&c->st.caller_writes, 1);
     c->caller_writing = 1;
     for (rounds = 0; rounds < 4; rounds++) {
-        if (!take_flush(c)) {
+        if (!rcp__conn_take_flush(c, c->tail)) {
             snprintf(cause, sizeof cause, "out of memory taking a flush");
             break;
         }
@@ -270,7 +264,7 @@ void rcp__conn_caller_flush(struct rcp_conn *c, int lowered)
         if (rv == CONN_IO_ERR)
             conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
         pthread_mutex_lock(&c->mu);
-        lowered |= account_written(c);
+        lowered |= rcp__conn_account_written(c);
         if (rv != CONN_IO_DONE)
             break; /* the loop writes the rest (writability) or fails */
         c->wlen = c->woff = c->wslot_off = 0;
@@ -293,9 +287,7 @@ void rcp__conn_caller_flush(struct rcp_conn *c, int lowered)
 /* ------------------------------------------------------------------ */
 /* reading and dispatching replies                                     */
 
-/* Loop thread. Hand parsed replies to their futures in
- * order. Returns 0 if a reply had no request (protocol violation). */
-static int dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
+int rcp__conn_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
 {
     rcp_future *futs[DISPATCH_MAX];
     size_t i, late = 0;
@@ -361,7 +353,7 @@ static int do_read(struct rcp_conn *c, int until_eagain)
                     break;
                 replies[n++] = rep;
                 if (n == DISPATCH_MAX) {
-                    if (!dispatch(c, replies, n)) {
+                    if (!rcp__conn_dispatch(c, replies, n)) {
                         n = 0;
                         goto extra;
                     }
@@ -378,7 +370,7 @@ static int do_read(struct rcp_conn *c, int until_eagain)
             continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break;
-        if (n && !dispatch(c, replies, n))
+        if (n && !rcp__conn_dispatch(c, replies, n))
             goto extra;
         {
             char cause[512];
@@ -387,12 +379,12 @@ static int do_read(struct rcp_conn *c, int until_eagain)
         }
         return 0;
     }
-    if (n && !dispatch(c, replies, n))
+    if (n && !rcp__conn_dispatch(c, replies, n))
         goto extra;
     return 1;
 protocol : {
     char cause[200];
-    if (n && !dispatch(c, replies, n))
+    if (n && !rcp__conn_dispatch(c, replies, n))
         goto extra;
     rcp__conn_fail(c, rcp__conn_reader_failure(c, cause, sizeof cause), cause);
     return 0;

@@ -166,6 +166,10 @@ typedef struct rcp_conn_stats {
     uint64_t loop_wakes;     /* eventfd writes to wake an I/O loop */
     uint64_t caller_writes;  /* flushes written by the sending thread itself, on an idle
                               * connection, instead of waking the loop */
+    uint64_t leads;          /* times a waiting sync caller was handed the socket to read
+                              * the replies of the callers before it (leader/follower) */
+    uint64_t caller_replies; /* replies read by a sync caller on the socket (a lone one, or
+                              * one handed the lead) instead of the loop */
 } rcp_conn_stats;
 
 RCP_API int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *out);

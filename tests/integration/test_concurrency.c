@@ -59,11 +59,17 @@ static void note_bad(struct sync_worker *w, const char *what, const rcp_reply *r
                  rcptest_describe(r, d, sizeof d));
 }
 
+/* Set on the threads that make sync calls: an async callback must never
+ * run on one (a sync caller on the socket resolves sync futures only). */
+static _Thread_local int on_sync_worker;
+static atomic_long a_on_sync_worker;
+
 static void *sync_main(void *arg)
 {
     struct sync_worker *w = arg;
     int j;
 
+    on_sync_worker = 1;
     for (j = 0; j < w->iters; j++) {
         char key[48];
         char val[64];
@@ -102,7 +108,8 @@ static void *sync_main(void *arg)
     return NULL;
 }
 
-static void run_sync(int iters)
+/* Returns the connection's stats after the run. */
+static rcp_conn_stats run_sync(int iters)
 {
     struct sync_worker *w = calloc(NTHREADS, sizeof *w);
     long long expect[NCOUNTERS] = {0};
@@ -148,12 +155,23 @@ static void run_sync(int iters)
     ck_assert_uint_eq(st.timeouts, 0);
     ck_assert_uint_eq(st.late_replies, 0);
     free(w);
+    return st;
 }
 
 START_TEST(test_sync_default_caps)
 {
+    rcp_conn_stats st;
     open_conn(0, 0, 0);
-    run_sync(iterations(700));
+    st = run_sync(iterations(700));
+    /* Leader/follower: callers that queue behind the one on the socket
+     * are written and read for by a caller (the lone one, then one of
+     * them handed the lead), not by the loop. 64 threads keep a queue
+     * behind whoever is on the socket nearly all the time. */
+    ck_assert_msg(st.leads > 0, "no caller was handed the lead");
+    ck_assert_msg(st.caller_replies >= st.replies / 2,
+                  "callers read %llu of %llu replies (leads %llu, loop wakes %llu)",
+                  (unsigned long long)st.caller_replies, (unsigned long long)st.replies,
+                  (unsigned long long)st.leads, (unsigned long long)st.loop_wakes);
 }
 END_TEST
 
@@ -211,6 +229,8 @@ static void async_resolve(rcp_future *f, rcp_reply *reply)
 
     if (atomic_fetch_add(&q->resolved, 1) != 0)
         atomic_fetch_add(&a_double, 1);
+    if (on_sync_worker)
+        atomic_fetch_add(&a_on_sync_worker, 1);
     switch (q->kind) {
     case EXP_OK:
         ok = rcpt_is_status(reply, "OK");
@@ -404,6 +424,7 @@ START_TEST(test_mixed_sync_async)
     atomic_store(&a_resolved, 0);
     atomic_store(&a_bad, 0);
     atomic_store(&a_double, 0);
+    atomic_store(&a_on_sync_worker, 0);
     for (i = 0; i < 8; i++) {
         sw[i].id = 100 + i;
         sw[i].iters = n;
@@ -429,6 +450,9 @@ START_TEST(test_mixed_sync_async)
     ck_assert_msg(atomic_load(&a_resolved) == total, "resolved %ld of %ld",
                   atomic_load(&a_resolved), total);
     ck_assert_int_eq(atomic_load(&a_double), 0);
+    ck_assert_msg(atomic_load(&a_on_sync_worker) == 0,
+                  "%ld async callbacks ran on a sync caller's thread",
+                  atomic_load(&a_on_sync_worker));
     ck_assert_msg(atomic_load(&a_bad) == 0, "%ld wrong async replies, first: %s",
                   atomic_load(&a_bad), a_first_bad);
     for (i = 0; i < 8; i++)

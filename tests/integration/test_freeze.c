@@ -328,11 +328,86 @@ START_TEST(test_freeze_sync_threads)
 }
 END_TEST
 
+/* Sync callers in full flow when the server stops: whoever is on the
+ * socket then (a lone caller, or a caller handed the lead with others'
+ * requests written behind its own) times out, and so do the callers
+ * behind it; the late replies, read after SIGCONT, must never reach the
+ * wrong caller. Each ECHO carries its thread and sequence number. */
+struct eworker {
+    pthread_t th;
+    int id;
+    atomic_int *stop;
+    long ok, failed, bad;
+    char first_bad[300];
+};
+
+static void *eworker_main(void *arg)
+{
+    struct eworker *w = arg;
+    long j;
+
+    for (j = 0; !atomic_load(w->stop); j++) {
+        char tok[48], d[200];
+        rcp_reply *r;
+
+        snprintf(tok, sizeof tok, "t%d-%ld", w->id, j);
+        r = rcp_conn_command(conn, "ECHO %s", tok);
+        if (rcpt_is_cstring(r, tok)) {
+            w->ok++;
+        } else if (r->type == RCP_REPLY_ERROR && frozen_failure(r->err)) {
+            w->failed++;
+        } else if (w->bad++ == 0) {
+            snprintf(w->first_bad, sizeof w->first_bad, "%s: %s", tok,
+                     rcptest_describe(r, d, sizeof d));
+        }
+        rcp_reply_free(r);
+    }
+    return NULL;
+}
+
+START_TEST(test_freeze_sync_threads_in_flow)
+{
+    struct eworker w[16];
+    atomic_int stop;
+    rcp_conn_stats st;
+    long ok = 0, failed = 0;
+    int i;
+
+    open_conn(RCP_QUEUE_BLOCK);
+    atomic_store(&stop, 0);
+    memset(w, 0, sizeof w);
+    for (i = 0; i < 16; i++) {
+        w[i].id = i;
+        w[i].stop = &stop;
+        ck_assert_int_eq(pthread_create(&w[i].th, NULL, eworker_main, &w[i]), 0);
+    }
+    rcptest_sleep_ms(300);
+    ck_assert_int_eq(rcpt_server_pause(&srv), 0);
+    rcptest_sleep_ms(REQUEST_TIMEOUT_MS * 2);
+    ck_assert_int_eq(rcpt_server_resume(&srv), 0);
+    rcptest_sleep_ms(300);
+    atomic_store(&stop, 1);
+    for (i = 0; i < 16; i++) {
+        pthread_join(w[i].th, NULL);
+        ck_assert_msg(w[i].bad == 0, "thread %d: %ld wrong replies; first: %s", i, w[i].bad,
+                      w[i].first_bad);
+        ok += w[i].ok;
+        failed += w[i].failed;
+    }
+    ck_assert_msg(failed > 0, "no call failed while the server was stopped (%ld ok)", ok);
+    ck_assert_msg(ok > 16, "only %ld calls succeeded around the freeze", ok);
+    ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
+    ck_assert_msg(st.leads > 0, "no caller was handed the lead (%llu replies)",
+                  (unsigned long long)st.replies);
+    check_recovers();
+}
+END_TEST
+
 static void add_tests(TCase *tc)
 {
     rcpt_fixture(tc, &srv, &conn, NULL);
     RCPTEST_ADD(tc, test_freeze_flood_and_timeouts, test_freeze_block_policy_bounded,
-                test_freeze_sync_threads);
+                test_freeze_sync_threads, test_freeze_sync_threads_in_flow);
 }
 
 int main(void)
