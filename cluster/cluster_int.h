@@ -10,7 +10,7 @@
  *   refresh.c   the refresher thread: periodic/forced refreshes, delayed
  *               retries, round-trip measurement
  *   async.c     the async path (wrapped futures)
- *   sync.c      the sync path (the caller's own thread, spare connections)
+ *   sync.c      the sync path (on the caller's own thread)
  *   batch.c, multi.c, txn.c, script.c, blocking.c, pubsub.c, nodewide.c:
  *               the commands that do not fit one request on one pipeline
  *
@@ -38,19 +38,11 @@
 enum {
     RCP__AS_MASTER = 0,
     RCP__AS_REPLICA = 1,
-    RCP__AS_SPARE = 2, /* a master's spare plain connections, RCP__SPARES of them from
-                        * here: a sync caller that finds the first one busy with a
-                        * single lone caller does its own I/O on the first idle spare
-                        * (each tried only if the one before is busy with a lone
-                        * caller too), instead of waiting for the I/O loop (fewer
-                        * thread hand-offs at low concurrency; when the loop drives
-                        * batches, callers join them and batching is unchanged) */
-    RCP__SPARES = 3,
     /* On an application loop only: the refresher's own connection to the
      * node (CLUSTER SLOTS, PING), on the handle's control loop, so that a
      * refresh never waits for the application's loop to run (and the
      * bootstrap in rcp_cluster_open works before it runs). */
-    RCP__AS_CONTROL = RCP__AS_SPARE + RCP__SPARES,
+    RCP__AS_CONTROL = 2,
     RCP__ROLES = RCP__AS_CONTROL + 1
 };
 
@@ -257,9 +249,6 @@ int rcp__cluster_blocking_pool(struct rcp_cluster *cl);
 rcp__node *rcp__node_get(struct rcp_cluster *cl, const char *host, int port, int role);
 /* The same, NULL once closing. */
 rcp__node *rcp__cluster_node(struct rcp_cluster *cl, const char *host, int port, int role);
-/* Makes the node's connection for role if it has none, the node is in the
- * map and the handle is not closing (a spare, made on first need). */
-void rcp__node_connect_if_missing(struct rcp_cluster *cl, rcp__node *n, int role);
 /* Inside urcu_bp_read_lock: the node's connection for role, counted as in
  * use until rcp__cluster_unpin (so closing it, after a grace period, waits
  * for us); NULL if it has none. */

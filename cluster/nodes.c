@@ -1,8 +1,7 @@
 /* cluster/nodes.c: the node registry and each node's connections.
  *
  * A node is an address; its record lives until the handle closes. Its
- * connections (one per role: plain, READONLY for replica reads, spares
- * for lone sync callers) are made when a map or a redirect first uses the
+ * connections (one per role: plain, READONLY for replica reads) are made when a map or a redirect first uses the
  * node in that role, detached when the node leaves the map and remade if
  * it comes back. Whoever uses a connection pins it (counted as a call in
  * progress), so a connection detached by the refresher is closed only
@@ -87,14 +86,6 @@ rcp__node *rcp__cluster_node(struct rcp_cluster *cl, const char *host, int port,
     if (atomic_load(&cl->closing))
         return NULL;
     return rcp__node_get(cl, host, port, role);
-}
-
-void rcp__node_connect_if_missing(struct rcp_cluster *cl, rcp__node *n, int role)
-{
-    pthread_mutex_lock(&cl->reg_mu);
-    if (!atomic_load(&n->conn[role]) && !atomic_load(&cl->closing) && atomic_load(&n->in_map))
-        node_connect(cl, n, role);
-    pthread_mutex_unlock(&cl->reg_mu);
 }
 
 struct rcp_conn *rcp__node_pin_locked(rcp__node *n, int role)

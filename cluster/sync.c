@@ -1,10 +1,10 @@
 /* cluster/sync.c: the sync path: the same routing and retry rules as the
- * async path, on the caller's own thread. A caller bound for a master
- * that finds its connection idle does its own write and read there (the
- * connection's lone-caller path: no hand-off to an I/O thread); a second
- * or third lone caller uses one of the master's spare connections; when
- * the I/O loop is driving batches, callers join them. Backoff sleeps on
- * the caller's thread. */
+ * async path, on the caller's own thread. On the node's connection a
+ * caller that finds it idle does its own write and read (the lone-caller
+ * path); callers that come meanwhile queue behind it and are written and
+ * read for by whoever is on the socket (leader/follower, lib/conn_fast.c):
+ * no hand-off to an I/O thread, one connection per node. Backoff sleeps
+ * on the caller's thread. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,46 +24,6 @@ static rcp_reply *sync_error_reply(int code, const char *why)
         return rcp__reply_error_new(code, why);
     snprintf(msg, sizeof msg, "request refused: %s", rcp_strerror(code));
     return rcp__reply_error_new(code, msg);
-}
-
-/* A sync caller bound for a master: its own I/O on the first connection if
- * that is idle; else, if that one is busy with a single lone caller, on the
- * first spare if it is idle; else, if that spare too is busy with a lone
- * caller, on the next one, and so on (spares are made on first need); else
- * NULL (the caller queues on the first connection, where the loop batches
- * it with the others). */
-static rcp_reply *try_spare(struct rcp_cluster *cl, rcp__node *node, struct rcp_conn *conn,
-                            const rcp__req *rq)
-{
-    struct rcp_conn *prev = NULL;
-    rcp_reply *r = rcp__conn_command_fast_only(conn, rq->buf, rq->len, rcp__req_remaining_ms(rq));
-    if (r)
-        return r;
-    for (int role = RCP__AS_SPARE; role < RCP__AS_SPARE + RCP__SPARES; role++) {
-        struct rcp_conn *spare;
-        /* Only another lone caller goes to a spare: when the loop is
-         * driving batches here, joining the batch is cheaper for everyone. */
-        int lone = rcp__conn_lone_busy(prev ? prev : conn);
-        if (prev)
-            rcp__cluster_unpin(prev);
-        prev = NULL;
-        if (!lone)
-            return NULL;
-        spare = rcp__cluster_pin(node, role);
-        if (!spare) {
-            rcp__node_connect_if_missing(cl, node, role); /* used from the next request on */
-            return NULL;
-        }
-        r = rcp__conn_command_fast_only(spare, rq->buf, rq->len, rcp__req_remaining_ms(rq));
-        if (r) {
-            rcp__cluster_unpin(spare);
-            return r;
-        }
-        prev = spare;
-    }
-    if (prev)
-        rcp__cluster_unpin(prev);
-    return NULL;
 }
 
 static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
@@ -91,11 +51,7 @@ static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
             }
             r = rcp__reply_error_new(code, "no connection to the slot's node");
         } else {
-            r = NULL;
-            if (!rq->asking && node && conn == atomic_load(&node->conn[RCP__AS_MASTER]))
-                r = try_spare(cl, node, conn, rq);
-            if (!r)
-                r = rcp__conn_command_raw(conn, rq->buf, rq->len, rq->asking, rcp__req_remaining_ms(rq));
+            r = rcp__conn_command_raw(conn, rq->buf, rq->len, rq->asking, rcp__req_remaining_ms(rq));
             rcp__cluster_unpin(conn);
         }
         act = rcp__retry_decide(cl, rq, node, r, &delay, &code, msg, sizeof msg);

@@ -722,31 +722,11 @@ rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len
     if (rcp__loop_on_thread())
         return on_loop_refusal();
     call_enter(c);
-    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, asking, timeout_ms, 0);
+    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, asking, timeout_ms);
     call_leave(c);
     return r;
 }
 
-int rcp__conn_lone_busy(struct rcp_conn *c)
-{
-    int busy;
-    pthread_mutex_lock(&c->mu);
-    busy = c->fast_active && c->tail == c->head + 1;
-    pthread_mutex_unlock(&c->mu);
-    return busy;
-}
-
-rcp_reply *rcp__conn_command_fast_only(struct rcp_conn *c, const char *raw, size_t len,
-                                       int timeout_ms)
-{
-    rcp_reply *r;
-    if (rcp__loop_on_thread())
-        return NULL;
-    call_enter(c);
-    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, 0, timeout_ms, 1);
-    call_leave(c);
-    return r;
-}
 
 int rcp__conn_healthy(struct rcp_conn *c)
 {
@@ -789,7 +769,7 @@ public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const s
     if (rv != RCP_OK)
         r = rcp__conn_error_reply(rv, why, "request refused");
     else
-        r = rcp__conn_sync_command(c, argc, argv, argvlen, buf, len, 0, 0, 0);
+        r = rcp__conn_sync_command(c, argc, argv, argvlen, buf, len, 0, 0);
     if (buf)
         rcp__free(buf);
     call_leave(c);

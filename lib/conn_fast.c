@@ -319,14 +319,16 @@ static rcp_reply *fast_timeout(struct rcp_conn *c, uint64_t idx)
 static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint64_t deadline)
 {
     rcp_reply *replies[LEAD_READ_MAX];
+    rcp_future *futs[LEAD_READ_MAX];
+    size_t n, i;
     uint64_t since = rcp__now_ns();
     char cause[512];
     int code = RCP_ERR_IO;
 
     fast_rcvtimeo(c, deadline);
-    while (atomic_load(&s->state) != SF_DONE) {
-        size_t n = 0;
+    for (;;) {
         int got;
+        n = 0;
         for (;;) {
             void *rep = NULL;
             if (redisReaderGetReply(c->reader, &rep) != REDIS_OK) {
@@ -342,6 +344,8 @@ static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint
         }
         if (n) {
             conn_stat_add(&c->st.caller_replies, n);
+            if ((uint64_t)n == own - c->head + 1)
+                break; /* ours is the last of them */
             if (!rcp__conn_dispatch(c, replies, n)) {
                 code = RCP_ERR_PROTOCOL;
                 snprintf(cause, sizeof cause,
@@ -369,11 +373,30 @@ static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint
         pthread_mutex_lock(&c->mu);
         return fast_timeout(c, own); /* ours is not in: only we read */
     }
+    /* Our reply is in, the last of replies[]: take their slots, pass the
+     * socket on (writing what is queued first), then resolve the others. */
     pthread_mutex_lock(&c->mu);
+    for (i = 0; i < n; i++) {
+        futs[i] = c->ring[c->head & c->mask].f;
+        c->ring[c->head & c->mask].f = NULL;
+        c->head++;
+    }
+    if (c->space_waiters)
+        pthread_cond_broadcast(&c->space_cv);
     c->last_read_ns = since;
     fast_leave(c);
+    conn_stat_add(&c->st.replies, n);
     conn_stat_add(&c->st.fast_path, 1);
-    return s->reply;
+    for (i = 0; i + 1 < n; i++) {
+        if (futs[i]) {
+            futs[i]->resolve(futs[i], replies[i]);
+            rcp__reply_release(replies[i]);
+        } else {
+            conn_stat_add(&c->st.late_replies, 1);
+            rcp_reply_free(replies[i]);
+        }
+    }
+    return replies[n - 1];
 
 fail:
     pthread_mutex_lock(&c->mu);
@@ -504,11 +527,9 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
     return r;
 }
 
-/* fast_only: return NULL (nothing sent) instead of queueing when the
- * lone-caller path is not available. */
 rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
                                   const size_t *argvlen, const char *raw, size_t len, int asking,
-                                  int timeout_ms, int fast_only)
+                                  int timeout_ms)
 {
     sync_future s;
     rcp_reply *r;
@@ -524,8 +545,6 @@ rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
         if (r)
             return r;
     }
-    if (!handed && fast_only)
-        return NULL;
     if (!handed) {
         rv = rcp__conn_enqueue(c, &s.f, argc, argv, argvlen, raw, len, asking);
         if (rv != RCP_OK)

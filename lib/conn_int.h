@@ -396,10 +396,10 @@ void rcp__conn_caller_flush(struct rcp_conn *c, int lowered);
 
 /* conn_fast.c */
 /* A sync call: a future on the caller's stack, the lone-caller path when
- * it is free (not with asking). fast_only: NULL (nothing sent) instead of
- * queueing when the lone-caller path is not free. Never NULL otherwise. */
+ * it is free (not with asking), else queued behind whoever has the socket
+ * (a caller or the loop). Never NULL. */
 rcp_reply *rcp__conn_sync_command(struct rcp_conn *c, int argc, const char **argv,
                                   const size_t *argvlen, const char *raw, size_t len, int asking,
-                                  int timeout_ms, int fast_only);
+                                  int timeout_ms);
 
 #endif

@@ -20,9 +20,9 @@
  *     written ones with RCP_ERR_NOT_SENT: only the latter are always safe
  *     to resend. Resolve callbacks MUST be short and MUST NOT block: they
  *     run on the loop thread, which serves every connection of that loop.
- *   - The sync forms (rcp__conn_command_raw, ..._fast_only) MUST NOT be
- *     called on a loop thread (they would wait for the loop they stop):
- *     command_raw answers RCP_ERR_INVALID there, fast_only NULL.
+ *   - The sync form (rcp__conn_command_raw) MUST NOT be called on a loop
+ *     thread (it would wait for the loop it stops): it answers
+ *     RCP_ERR_INVALID there.
  *   - A caller that may race with rcp_conn_close of the connection MUST
  *     hold it (rcp__conn_hold) around the call; close waits for every hold
  *     to be released before freeing. Holds are cheap (one atomic add).
@@ -147,18 +147,9 @@ int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
  * called on a loop thread (an RCP_ERR_INVALID reply there). */
 rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,
                                  int timeout_ms);
-/* The sync form only if the lone-caller path is free (connected, nothing
- * queued or in flight, no other lone caller): the reply, or NULL and
- * nothing was sent (the caller may try another connection or queue with
- * rcp__conn_command_raw). NULL on a loop thread. */
-rcp_reply *rcp__conn_command_fast_only(struct rcp_conn *c, const char *raw, size_t len,
-                                       int timeout_ms);
 
 /* ---- state (any thread; a snapshot, stale as soon as it returns) ------- */
 
-/* 1 if exactly one request is outstanding and a lone caller is doing its
- * I/O (the connection is busy, but not with a flush the loop drives). */
-int rcp__conn_lone_busy(struct rcp_conn *c);
 /* 1 if connected and the handshake is done. Lock-free (one atomic load):
  * fit for the replica choice on every request. */
 int rcp__conn_healthy(struct rcp_conn *c);
