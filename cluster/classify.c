@@ -74,6 +74,15 @@ rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **arg
         return RCP__ROUTE_REFUSED;
     }
     cmd = rcp__cmd_lookup(argc, argv, argvlen);
+    if (rcp__cmd_key1(cmd, argc)) {
+        /* The common case (GET, SET, ...): one key, argv[1], nothing to
+         * screen; the general path below would find the same. */
+        rq->policy = rq->policy < 0 ? cl->opt.read_policy : rq->policy;
+        rq->flags = rcp__cmd_flags(cmd);
+        rq->has_slot = 1;
+        rq->slot = rcp__keyslot(argv[1], argvlen ? argvlen[1] : argv[1] ? strlen(argv[1]) : 0);
+        return RCP__ROUTE_ONE;
+    }
     screen = rcp__cmd_screen(cmd, argc, argv, argvlen, why);
     if (screen != RCP_OK && screen != RCP_ERR_BLOCKING_COMMAND) {
         *code = screen;

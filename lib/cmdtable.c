@@ -390,6 +390,19 @@ int rcp__cmd_keys(const rcp__cmd *cmd, int argc, const char **argv, const size_t
     return o.n;
 }
 
+int rcp__cmd_key1(const rcp__cmd *cmd, int argc)
+{
+    const struct keyspec *ks;
+    if (!cmd || cmd->nspecs != 1 || cmd->special != SPECIAL_NONE || argc < 2 ||
+        (cmd->flags & (RCP__CMD_CONNSTATE | RCP__CMD_BLOCKING | RCP__CMD_BLOCK_OPTION |
+                       RCP__CMD_PER_NODE)))
+        return 0;
+    if (cmd->arity >= 0 ? argc != cmd->arity : argc < -cmd->arity)
+        return 0;
+    ks = &keyspecs[cmd->spec0];
+    return ks->bs == BS_INDEX && ks->bs_arg == 1 && ks->fk == FK_RANGE && ks->a == 0;
+}
+
 int rcp__cmd_screen(const rcp__cmd *cmd, int argc, const char **argv, const size_t *argvlen,
                     const char **why)
 {

@@ -46,6 +46,13 @@ const rcp__cmd *rcp__cmd_at(size_t i);
 int rcp__cmd_keys(const rcp__cmd *cmd, int argc, const char **argv, const size_t *argvlen,
                   int *idx, int max);
 
+/* 1 when argv[1] is the command's one and only key, argc fits its arity,
+ * and nothing in its flags screens it (no connection state, no blocking,
+ * not per node): GET, SET, INCR, HGET and most others. Such a command's
+ * route needs only argv[1]'s slot; rcp__cmd_keys and rcp__cmd_screen would
+ * say the same at several times the cost. 0 otherwise, or cmd NULL. */
+int rcp__cmd_key1(const rcp__cmd *cmd, int argc);
+
 /* How a command may travel, from its flags (and, for RCP__CMD_BLOCK_OPTION
  * commands, its arguments): RCP_OK (a shared pipeline carries it),
  * RCP_ERR_BLOCKING_COMMAND or RCP_ERR_UNSUPPORTED (connection state), with
