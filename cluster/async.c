@@ -207,13 +207,12 @@ void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r)
     }
 }
 
-int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf, rcp__req *rq)
+int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf)
 {
     int rv;
     cf->inner.resolve = rcp__cfut_on_reply;
     cf->user = f;
     cf->cl = cl;
-    cf->rq = *rq;
     cf->rq.deadline = rcp__req_deadline(cl, f->timeout_ms);
     atomic_fetch_add(&cl->active_calls, 1);
     /* From here the future is resolved exactly once, unless the first
@@ -224,48 +223,58 @@ int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf, rcp__r
     return rv;
 }
 
-/* A classified one-request command: formatted into a cfut (argv, or the
+/* A classified one-request command (its routing in cf->rq): formatted
+ * into cf (argv, straight into the inline bytes when it fits; or the
  * bytes a format produced: fmtbuf, owned from here) and sent. */
-static int async_one(struct rcp_cluster *cl, rcp_future *f, rcp__req *rq, int argc,
+static int async_one(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf, int argc,
                      const char **argv, const size_t *argvlen, char *fmtbuf, size_t fmtlen)
 {
-    rcp__cfut *cf;
-    rq->len = fmtbuf ? fmtlen : rcp__format_len(argc, argv, argvlen);
+    rcp__req *rq = &cf->rq;
+    if (fmtbuf) {
+        rq->buf = fmtbuf; /* given back with cf */
+        rq->len = fmtlen;
+    } else if ((rq->len = rcp__format_try(cf->inl, RCP__CFUT_INLINE, argc, argv, argvlen))) {
+        rq->buf = cf->inl;
+    } else {
+        rq->len = rcp__format_len(argc, argv, argvlen);
+        if (rq->len <= cl->node_opt.max_request_bytes && !(rq->buf = rcp__malloc(rq->len))) {
+            rcp__cfut_put(cl, cf);
+            return RCP_ERR_OOM;
+        }
+        if (rq->buf)
+            rcp__format_write(rq->buf, argc, argv, argvlen);
+    }
     if (rq->len > cl->node_opt.max_request_bytes) {
-        rcp__free(fmtbuf);
+        rcp__cfut_put(cl, cf);
         return RCP_ERR_TOO_LARGE;
     }
+    return rcp__async_send(cl, f, cf);
+}
+
+/* Classify and take the command's route. fmtbuf: the formatted bytes of a
+ * printf-style call (argv points into it; freed here), or NULL. A request
+ * is classified straight into the wrapped future that will carry it. */
+static int async_route(struct rcp_cluster *cl, rcp_future *f, int policy, int argc,
+                       const char **argv, const size_t *argvlen, char *fmtbuf, size_t fmtlen)
+{
+    rcp__req rq;
+    rcp__cfut *cf;
+    const char *why;
+    int code, rv;
+    rcp__route_kind kind;
+
     cf = rcp__cfut_get(cl);
     if (!cf) {
         rcp__free(fmtbuf);
         return RCP_ERR_OOM;
     }
-    if (fmtbuf) {
-        rq->buf = fmtbuf;
-    } else {
-        rq->buf = rq->len <= RCP__CFUT_INLINE ? cf->inl : rcp__malloc(rq->len);
-        if (!rq->buf) {
-            rcp__cfut_put(cl, cf);
-            return RCP_ERR_OOM;
-        }
-        rcp__format_write(rq->buf, argc, argv, argvlen);
-    }
-    return rcp__async_send(cl, f, cf, rq);
-}
-
-/* Classify and take the command's route. fmtbuf: the formatted bytes of a
- * printf-style call (argv points into it; freed here), or NULL. */
-static int async_route(struct rcp_cluster *cl, rcp_future *f, int policy, int argc,
-                       const char **argv, const size_t *argvlen, char *fmtbuf, size_t fmtlen)
-{
-    rcp__req rq;
-    const char *why;
-    int code, rv;
-    memset(&rq, 0, sizeof rq);
-    rq.policy = policy;
-    switch (rcp__classify(cl, argc, argv, argvlen, &rq, &code, &why)) {
-    case RCP__ROUTE_ONE:
-        return async_one(cl, f, &rq, argc, argv, argvlen, fmtbuf, fmtlen);
+    cf->rq.policy = policy;
+    kind = rcp__classify(cl, argc, argv, argvlen, &cf->rq, &code, &why);
+    if (kind == RCP__ROUTE_ONE)
+        return async_one(cl, f, cf, argc, argv, argvlen, fmtbuf, fmtlen);
+    rq = cf->rq;
+    rcp__cfut_put(cl, cf);
+    switch (kind) {
     case RCP__ROUTE_SPLIT:
         rv = rcp__multi_send(cl, f, policy, argc, argv, argvlen);
         break;

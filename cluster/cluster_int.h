@@ -375,10 +375,10 @@ void rcp__refresher_wake(struct rcp_cluster *cl);
 void rcp__refresher_stop(struct rcp_cluster *cl);
 
 /* async.c */
-/* Sends a classified request (rq->buf owned from here: freed unless it is
- * in cf->inl) with cf from rcp__cfut_get. RCP_OK and f resolved once, or
- * an error and f never called. */
-int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf, rcp__req *rq);
+/* Sends the request classified and formatted into cf->rq (its buf owned
+ * from here: freed unless it is cf->inl), cf from rcp__cfut_get. RCP_OK
+ * and f resolved once, or an error and f never called. */
+int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf);
 /* The async path's whole entry for argv (classified, split or sent to the
  * blocking pool as it needs): the public send functions and split parts
  * come here. Contract as rcp_cluster_send_argv. */

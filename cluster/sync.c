@@ -102,18 +102,24 @@ static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, c
         rcp__free(fmtbuf);
         return sync_error_reply(code, why);
     }
-    rq.len = fmtbuf ? fmtlen : rcp__format_len(argc, argv, argvlen);
-    if (rq.len > cl->node_opt.max_request_bytes) {
-        rcp__free(fmtbuf);
-        return sync_error_reply(RCP_ERR_TOO_LARGE, NULL);
-    }
     if (fmtbuf) {
         rq.buf = fmtbuf;
+        rq.len = fmtlen;
+    } else if ((rq.len = rcp__format_try(stackbuf, sizeof stackbuf, argc, argv, argvlen))) {
+        rq.buf = stackbuf; /* the common case: one pass, no length pass first */
     } else {
-        rq.buf = rq.len <= sizeof stackbuf ? stackbuf : rcp__malloc(rq.len);
+        rq.len = rcp__format_len(argc, argv, argvlen);
+        if (rq.len > cl->node_opt.max_request_bytes)
+            return sync_error_reply(RCP_ERR_TOO_LARGE, NULL);
+        rq.buf = rcp__malloc(rq.len);
         if (!rq.buf)
             return sync_error_reply(RCP_ERR_OOM, NULL);
         rcp__format_write(rq.buf, argc, argv, argvlen);
+    }
+    if (rq.len > cl->node_opt.max_request_bytes) {
+        if (rq.buf != stackbuf)
+            rcp__free(rq.buf);
+        return sync_error_reply(RCP_ERR_TOO_LARGE, NULL);
     }
     rq.deadline = rcp__req_deadline(cl, timeout_ms);
     r = sync_run(cl, &rq);

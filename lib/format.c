@@ -14,10 +14,16 @@
 #include "format.h"
 #include "rcpipe/common.h"
 
+/* Most numbers in a request are an argument count or a short argument's
+ * length: one or two digits, decided without a division. */
 static size_t digits(size_t v)
 {
-    size_t n = 1;
-    while (v >= 10) {
+    size_t n = 3;
+    if (v < 10)
+        return 1;
+    if (v < 100)
+        return 2;
+    while (v >= 1000) {
         v /= 10;
         n++;
     }
@@ -42,15 +48,22 @@ size_t rcp__format_len(int argc, const char **argv, const size_t *argvlen)
 
 static char *put_num(char *dst, char prefix, size_t v)
 {
-    char tmp[24];
-    int n = 0;
     *dst++ = prefix;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *dst++ = tmp[--n];
+    if (v < 10) {
+        *dst++ = (char)('0' + v);
+    } else if (v < 100) {
+        dst[0] = (char)('0' + v / 10);
+        dst[1] = (char)('0' + v % 10);
+        dst += 2;
+    } else {
+        size_t n = digits(v);
+        char *p = dst + n;
+        do {
+            *--p = (char)('0' + v % 10);
+            v /= 10;
+        } while (v);
+        dst += n;
+    }
     *dst++ = '\r';
     *dst++ = '\n';
     return dst;
@@ -70,6 +83,29 @@ char *rcp__format_write(char *dst, int argc, const char **argv, const size_t *ar
         *dst++ = '\n';
     }
     return dst;
+}
+
+size_t rcp__format_try(char *dst, size_t cap, int argc, const char **argv, const size_t *argvlen)
+{
+    /* A number takes at most 20 digits: a header at most 23 bytes, an
+     * argument at most 25 more than its length. */
+    char *p = dst, *end = dst + cap;
+    int i;
+    if (cap < 23)
+        return 0;
+    p = put_num(p, '*', (size_t)argc);
+    for (i = 0; i < argc; i++) {
+        size_t l = arglen(argv, argvlen, i);
+        if ((size_t)(end - p) < 25 || (size_t)(end - p) - 25 < l)
+            return 0;
+        p = put_num(p, '$', l);
+        if (l)
+            memcpy(p, argv[i], l);
+        p += l;
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    return (size_t)(p - dst);
 }
 
 /* Arguments are numbered as in argv: 0 is the command's name. */

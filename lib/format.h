@@ -12,6 +12,14 @@ size_t rcp__format_len(int argc, const char **argv, const size_t *argvlen);
 /* Writes exactly rcp__format_len bytes to dst; returns dst + that length. */
 char *rcp__format_write(char *dst, int argc, const char **argv, const size_t *argvlen);
 
+/* Formats argv into dst in one pass when it surely fits in cap bytes,
+ * returning the length written; 0 (nothing usable written) when it may
+ * not fit: the caller then sizes a buffer with rcp__format_len and calls
+ * rcp__format_write. For a caller with a buffer at hand (a wrapped
+ * future's inline bytes, a stack buffer), it saves the length pass. */
+size_t rcp__format_try(char *dst, size_t cap, int argc, const char **argv,
+                       const size_t *argvlen);
+
 /* printf-like formatting with hiredis's conventions: arguments separated
  * by spaces; %s a C string, %b a pointer and a size_t length (binary
  * safe), %% a percent sign, and integer (d i o u x X, with hh h l ll) and

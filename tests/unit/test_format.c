@@ -53,6 +53,22 @@ START_TEST(matches_hiredis_on_random_binary_argv)
                 ck_assert_int_eq(memcmp(sa[i], argv[i], lens[i]), 0);
             }
         }
+        {
+            /* The one-pass form: the same bytes when it writes, and it
+             * writes whenever the room is ample. */
+            size_t caps[5] = {0, n > 0 ? n - 1 : 0, n, n + 60, n + 25 * (size_t)argc + 23};
+            char *tmp = malloc(caps[4]);
+            for (i = 0; i < 5; i++) {
+                size_t w = rcp__format_try(tmp, caps[i], argc, argv, lens);
+                if (w) {
+                    ck_assert_uint_eq(w, n);
+                    ck_assert_int_eq(memcmp(tmp, theirs, n), 0);
+                }
+                ck_assert(i < 4 || w == n);
+                ck_assert(i > 1 || w == 0);
+            }
+            free(tmp);
+        }
         redisFreeCommand(theirs);
         free(ours);
         for (i = 0; i < argc; i++)
