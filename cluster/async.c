@@ -29,9 +29,11 @@ rcp__cfut *rcp__cfut_get(struct rcp_cluster *cl)
     rcp__cfut *cf;
     pthread_mutex_lock(&cl->cf_mu);
     cf = cl->cf_free;
+    if (!cf)
+        cf = atomic_exchange_explicit(&cl->cf_back, NULL, memory_order_acquire);
     if (cf) {
         cl->cf_free = cf->next_free;
-        cl->cf_nfree--;
+        atomic_fetch_sub_explicit(&cl->cf_nfree, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&cl->cf_mu);
     if (!cf && !(cf = rcp__malloc(sizeof(*cf))))
@@ -42,17 +44,21 @@ rcp__cfut *rcp__cfut_get(struct rcp_cluster *cl)
 
 void rcp__cfut_put(struct rcp_cluster *cl, rcp__cfut *cf)
 {
+    rcp__cfut *head;
     if (cf->rq.buf != cf->inl)
         rcp__free(cf->rq.buf);
-    pthread_mutex_lock(&cl->cf_mu);
-    if (cl->cf_nfree < RCP__CFUT_CACHE_MAX) {
-        cf->next_free = cl->cf_free;
-        cl->cf_free = cf;
-        cl->cf_nfree++;
-        cf = NULL;
+    /* Counted before it is visible, so a sender's decrement never comes
+     * first and the count never wraps; the cap is approximate. */
+    if (atomic_load_explicit(&cl->cf_nfree, memory_order_relaxed) >= RCP__CFUT_CACHE_MAX) {
+        rcp__free(cf);
+        return;
     }
-    pthread_mutex_unlock(&cl->cf_mu);
-    rcp__free(cf);
+    atomic_fetch_add_explicit(&cl->cf_nfree, 1, memory_order_relaxed);
+    head = atomic_load_explicit(&cl->cf_back, memory_order_relaxed);
+    do
+        cf->next_free = head;
+    while (!atomic_compare_exchange_weak_explicit(&cl->cf_back, &head, cf, memory_order_release,
+                                                  memory_order_relaxed));
 }
 
 static void cfut_finish(rcp__cfut *cf, rcp_reply *r)

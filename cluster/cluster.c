@@ -229,11 +229,15 @@ static void cluster_free(struct rcp_cluster *cl)
     rcp__free(cl->node_pass);
     rcp__free(cl->node_name);
     rcp__conn_options_drop(cl->node_tls);
-    while (cl->cf_free) {
-        rcp__cfut *cf = cl->cf_free;
-        cl->cf_free = cf->next_free;
-        rcp__free(cf);
+    for (int k = 0; k < 2; k++) {
+        rcp__cfut *cf = k ? atomic_exchange(&cl->cf_back, NULL) : cl->cf_free;
+        while (cf) {
+            rcp__cfut *next = cf->next_free;
+            rcp__free(cf);
+            cf = next;
+        }
     }
+    cl->cf_free = NULL;
     pthread_mutex_destroy(&cl->cf_mu);
     pthread_mutex_destroy(&cl->reg_mu);
     pthread_mutex_destroy(&cl->wmu);

@@ -201,12 +201,16 @@ struct rcp_cluster {
     atomic_int closing;
     atomic_uint active_calls;
 
-    /* Resolved cfuts kept for the next async requests (LIFO, at most
-     * RCP__CFUT_CACHE_MAX): taken by senders, given back by the I/O
-     * threads. */
+    /* Resolved cfuts kept for the next async requests (at most about
+     * RCP__CFUT_CACHE_MAX, counted by cf_nfree): given back by the I/O
+     * threads onto cf_back (a lock-free push: no mutex on the thread that
+     * resolves), taken by senders from cf_free under cf_mu; a sender that
+     * finds cf_free empty takes all of cf_back at once (an exchange, so
+     * the push never meets a pop of one item and has no ABA). */
     pthread_mutex_t cf_mu;
     rcp__cfut *cf_free;
-    unsigned cf_nfree;
+    _Atomic(rcp__cfut *) cf_back;
+    atomic_uint cf_nfree;
 
     struct {
         _Atomic uint64_t requests, moved, ask, tryagain, clusterdown, loading, masterdown,
