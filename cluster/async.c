@@ -147,9 +147,10 @@ static int cfut_submit(rcp__cfut *cf, int first)
             cfut_fail(cf, RCP_ERR_NOT_SENT, msg);
             return RCP_OK;
         }
-        cf->inner.timeout_ms = rcp__req_remaining_ms(&cf->rq);
         cf->inner.data = node;
-        rv = rcp__conn_send_raw(conn, &cf->inner, cf->rq.buf, cf->rq.len, cf->rq.asking);
+        /* The deadline as it is kept, in ns: no conversion per attempt. */
+        rv = rcp__conn_send_raw_until(conn, &cf->inner, cf->rq.buf, cf->rq.len, cf->rq.asking,
+                                      cf->rq.deadline);
         if (rv == RCP_OK) {
             rcp__cluster_unpin(conn);
             return RCP_OK;

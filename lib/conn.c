@@ -472,7 +472,8 @@ static void asking_resolve(rcp_future *f, rcp_reply *r)
 static rcp_future asking_future = {asking_resolve, NULL, -1, 0, {NULL, NULL}};
 
 /* One request of a group: argv (formatted under the mutex) or
- * pre-formatted bytes, and its future. */
+ * pre-formatted bytes, and its future. Its deadline: `until` (ns, 0:
+ * none) when has_until, else from f->timeout_ms. */
 typedef struct req_desc {
     rcp_future *f;
     int argc;
@@ -480,19 +481,32 @@ typedef struct req_desc {
     const size_t *argvlen;
     const char *raw;
     size_t len;
+    int has_until;
+    uint64_t until;
 } req_desc;
+
+/* A request's deadline; reads the clock (into *now, once) only for a
+ * deadline given in milliseconds. */
+static uint64_t desc_deadline(struct rcp_conn *c, const req_desc *d, uint64_t *now)
+{
+    if (d->has_until)
+        return d->until;
+    if (!*now)
+        *now = rcp__now_ns();
+    return conn_deadline_for(c, d->f, *now);
+}
 
 /* Queue requests in one critical section, so they are adjacent on the wire
  * and in the ring (no other caller's request can land between them). With
  * `asking`, ASKING goes first. */
 static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int asking)
 {
-    uint64_t now = rcp__now_ns(), deadline = 0, first;
+    uint64_t now = 0, deadline = 0, first;
     size_t extra = asking ? ASKING_LEN : 0, total = extra, i;
     int rv, ring = 0, lowered = 0;
 
     for (i = 0; i < n; i++) {
-        uint64_t dl = conn_deadline_for(c, d[i].f, now);
+        uint64_t dl = desc_deadline(c, &d[i], &now);
         total += d[i].len;
         if (dl && (!deadline || dl < deadline))
             deadline = dl;
@@ -521,7 +535,7 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
         else
             rcp__format_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen);
         c->pend_len += d[i].len;
-        lowered |= push_slot(c, d[i].f, conn_deadline_for(c, d[i].f, now), d[i].len);
+        lowered |= push_slot(c, d[i].f, desc_deadline(c, &d[i], &now), d[i].len);
     }
     conn_stat_add(&c->st.requests, n);
     if (caller_may_write(c, first)) {
@@ -556,6 +570,8 @@ int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **
     d.argvlen = argvlen;
     d.raw = raw;
     d.len = len;
+    d.has_until = 0;
+    d.until = 0;
     return enqueue_many(c, &d, 1, asking);
 }
 
@@ -684,6 +700,23 @@ int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_
     int rv;
     call_enter(c);
     rv = rcp__conn_enqueue(c, f, 0, NULL, NULL, raw, len, asking);
+    call_leave(c);
+    return rv;
+}
+
+int rcp__conn_send_raw_until(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                             int asking, uint64_t deadline)
+{
+    req_desc d;
+    int rv;
+    memset(&d, 0, sizeof d);
+    d.f = f;
+    d.raw = raw;
+    d.len = len;
+    d.has_until = 1;
+    d.until = deadline;
+    call_enter(c);
+    rv = enqueue_many(c, &d, 1, asking);
     call_leave(c);
     return rv;
 }

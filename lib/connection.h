@@ -129,6 +129,14 @@ int rcp__conn_push_send(struct rcp_conn *c, const char *raw, size_t len);
  * connection is waiting to reconnect), RCP_ERR_QUEUE_FULL,
  * RCP_ERR_TIMEOUT (blocked for room past f's deadline), RCP_ERR_OOM. */
 int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len, int asking);
+/* As rcp__conn_send_raw, with the request's deadline given as a time
+ * (ns on rcp__now_ns's clock, lib/clock.h; 0: none) instead of by
+ * f->timeout_ms, which is not read: for a caller that keeps its own
+ * deadline across attempts (the cluster's retries), so that it is not
+ * turned into milliseconds and back, with a clock read each way, per
+ * attempt. */
+int rcp__conn_send_raw_until(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                             int asking, uint64_t deadline);
 /* Queue n pre-formatted commands in one critical section: adjacent on the
  * wire, nothing of another caller's between them (with `asking`, ASKING
  * first). All or nothing: RCP_OK and every f[i] resolved once, or an error
