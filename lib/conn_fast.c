@@ -373,8 +373,9 @@ static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint
         pthread_mutex_lock(&c->mu);
         return fast_timeout(c, own); /* ours is not in: only we read */
     }
-    /* Our reply is in, the last of replies[]: take their slots, pass the
-     * socket on (writing what is queued first), then resolve the others. */
+    /* Our reply is in, the last of replies[]: take their slots, wake the
+     * others first (those woken first queue again meanwhile: the batch we
+     * write on leaving grows), then pass the socket on. */
     pthread_mutex_lock(&c->mu);
     for (i = 0; i < n; i++) {
         futs[i] = c->ring[c->head & c->mask].f;
@@ -384,18 +385,22 @@ static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint
     if (c->space_waiters)
         pthread_cond_broadcast(&c->space_cv);
     c->last_read_ns = since;
+    if (n > 1) {
+        pthread_mutex_unlock(&c->mu);
+        for (i = 0; i + 1 < n; i++) {
+            if (futs[i]) {
+                futs[i]->resolve(futs[i], replies[i]);
+                rcp__reply_release(replies[i]);
+            } else {
+                conn_stat_add(&c->st.late_replies, 1);
+                rcp_reply_free(replies[i]);
+            }
+        }
+        pthread_mutex_lock(&c->mu);
+    }
     fast_leave(c);
     conn_stat_add(&c->st.replies, n);
     conn_stat_add(&c->st.fast_path, 1);
-    for (i = 0; i + 1 < n; i++) {
-        if (futs[i]) {
-            futs[i]->resolve(futs[i], replies[i]);
-            rcp__reply_release(replies[i]);
-        } else {
-            conn_stat_add(&c->st.late_replies, 1);
-            rcp_reply_free(replies[i]);
-        }
-    }
     return replies[n - 1];
 
 fail:
