@@ -71,9 +71,10 @@ typedef struct rcp_conn_options {
     int reconnect_min_ms;        /* first reconnect backoff; default 10 */
     int reconnect_max_ms;        /* backoff ceiling; default 2000 */
     int keepalive_s;             /* TCP keepalive idle seconds; default 60; 0: off */
-    int fast_path;               /* a lone caller does its own I/O: a sync one writes and
-                                  * reads, an async send on an idle connection writes;
-                                  * default 1 */
+    int fast_path;               /* callers do their own I/O: a lone sync one writes and
+                                  * reads, and writes and reads for the sync callers
+                                  * queued behind it (leader/follower); an async send on
+                                  * an idle connection writes; default 1 */
     rcp_event_fn event_cb;       /* NULL: no events */
     void *event_data;
     struct rcp_loop *loop;       /* NULL (default): I/O threads of its own (io_threads); else
@@ -161,7 +162,8 @@ typedef struct rcp_conn_stats {
     uint64_t late_replies;   /* replies discarded because their request had timed out */
     uint64_t reconnects;     /* successful connects after the first */
     uint64_t disconnects;
-    uint64_t fast_path;      /* requests served by a lone caller's own I/O */
+    uint64_t fast_path;      /* sync requests whose caller read its own reply (a lone
+                              * caller, or one handed the lead) */
     uint64_t futex_wakes;    /* sleeping sync callers woken */
     uint64_t loop_wakes;     /* eventfd writes to wake an I/O loop */
     uint64_t caller_writes;  /* flushes written by the sending thread itself, on an idle
