@@ -119,10 +119,19 @@ cli() {
 
 # Ports for the cluster: below the ephemeral range and below 30000, with the
 # bus port (port + 10000) free too. Prints N ports.
+#
+# Each port is also claimed, for the cluster's life, by a directory in
+# PORT_CLAIMS naming this cluster's DIR (mkdir: atomic): clusters started
+# at the same time (tests run two at a time) never pick the same port, and
+# a port stays ours while its node is killed, until restart takes it
+# again. cmd_stop releases the claims; a claim whose cluster directory is
+# gone (a run that died) is taken over.
+PORT_CLAIMS=${RCP_PORT_CLAIMS:-${TMPDIR:-/tmp}/rcpipe-port-claims}
 pick_ports() {
-    python3 - "$1" <<'PY'
-import random, socket, sys
-n = int(sys.argv[1])
+    mkdir -p "$PORT_CLAIMS"
+    python3 - "$1" "$DIR" "$PORT_CLAIMS" <<'PY'
+import os, random, socket, sys
+n, owner, claims = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 def free(p):
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -133,6 +142,30 @@ def free(p):
         return False
     finally:
         s.close()
+def claim(p):
+    d = os.path.join(claims, str(p))
+    for _ in range(2):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            try:
+                with open(os.path.join(d, "owner")) as f:
+                    other = f.read().strip()
+            except OSError:
+                return False  # being claimed right now, or unreadable
+            if os.path.isfile(os.path.join(other, "cluster.env")):
+                return False
+            # stale: its cluster is gone
+            try:
+                os.unlink(os.path.join(d, "owner"))
+                os.rmdir(d)
+            except OSError:
+                return False
+            continue
+        with open(os.path.join(d, "owner"), "w") as f:
+            f.write(owner + "\n")
+        return True
+    return False
 got = []
 rnd = random.Random()
 for _ in range(20000):
@@ -141,12 +174,24 @@ for _ in range(20000):
     p = rnd.randrange(11000, 19990)
     if p in got or p + 10000 in got or p - 10000 in got:
         continue
-    if free(p) and free(p + 10000):
+    if free(p) and free(p + 10000) and claim(p):
         got.append(p)
 if len(got) != n:
     sys.exit("no free ports")
 print(" ".join(map(str, got)))
 PY
+}
+
+# Releases this cluster's claims on those ports.
+release_ports() {
+    local p d
+    for p in "$@"; do
+        d=$PORT_CLAIMS/$p
+        if [ "$(cat "$d/owner" 2>/dev/null)" = "$DIR" ]; then
+            rm -f "$d/owner"
+            rmdir "$d" 2>/dev/null || true
+        fi
+    done
 }
 
 write_env() {
@@ -222,11 +267,15 @@ is_our_server() {
 }
 
 alive() {
-    local pid=$1 state
+    local pid=$1 stat="" state
     [ -n "$pid" ] && [ "$pid" != 0 ] || return 1
     [ -d "/proc/$pid" ] || return 1
-    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
-    [ -n "$state" ] && [ "$state" != Z ]
+    # The state is the field after "(comm)"; read, not awk: wait-ok asks
+    # this of every node on every pass.
+    read -r stat <"/proc/$pid/stat" 2>/dev/null || true
+    state=${stat##*) }
+    state=${state%% *}
+    [ -n "$stat" ] && [ -n "$state" ] && [ "$state" != Z ]
 }
 
 # Starts one node (no wait). Prints its pid.
@@ -249,12 +298,15 @@ spawn_node() {
     echo $!
 }
 
-# Waits until the node answers PING. 0: up; 1: exited; 2: timed out.
+# Waits until the node answers, as that process: several clusters may be
+# started at once (tests run in parallel), and another one's server that
+# took the port first must not pass for ours. 0: up; 1: exited; 2: timed
+# out.
 wait_ping() {
     local port=$1 pid=$2 deadline
     deadline=$(($(now_ms) + START_WAIT_S * 1000))
     while [ "$(now_ms)" -lt "$deadline" ]; do
-        if [ "$(cli "$port" ping 2>/dev/null || true)" = PONG ]; then
+        if cli "$port" info server 2>/dev/null | tr -d '\r' | grep -qx "process_id:$pid"; then
             return 0
         fi
         alive "$pid" || return 1
@@ -284,9 +336,39 @@ start_new_node() {
         tail -n 5 "$DIR/$port/redis.log" >&2 2>/dev/null || true
         kill -9 "$pid" 2>/dev/null || true
         rm -rf "${DIR:?}/$port"
+        release_ports "$port"
         [ "$rc" = 1 ] || break
     done
     return 1
+}
+
+# Starts n nodes at once on fresh free ports, then waits for each (one
+# after the other, a node takes about as long to start as to be asked); a
+# node that did not start is replaced by start_new_node. Appends to
+# PORTS/PIDS like start_new_node.
+start_nodes() {
+    local n=$1 i rc
+    local -a ports pids=()
+    read -r -a ports <<<"$(pick_ports "$n")"
+    for ((i = 0; i < n; i++)); do
+        pids+=("$(spawn_node "${ports[$i]}")")
+    done
+    for ((i = 0; i < n; i++)); do
+        rc=0
+        wait_ping "${ports[$i]}" "${pids[$i]}" || rc=$?
+        if [ "$rc" = 0 ]; then
+            PORTS=${PORTS:+$PORTS }${ports[$i]}
+            PIDS=${PIDS:+$PIDS }${pids[$i]}
+        else
+            echo "cluster.sh: node on port ${ports[$i]} did not start, trying another port:" >&2
+            tail -n 5 "$DIR/${ports[$i]}/redis.log" >&2 2>/dev/null || true
+            kill -9 "${pids[$i]}" 2>/dev/null || true
+            rm -rf "${DIR:?}/${ports[$i]}"
+            release_ports "${ports[$i]}"
+            start_new_node || return 1
+        fi
+        write_env
+    done
 }
 
 # Stops one pid we own: SIGCONT (it may be paused), SIGTERM, SIGKILL after a
@@ -312,8 +394,12 @@ stop_pid() {
 # A canonical view of the cluster as one node sees it: node ids, roles,
 # masters, slots, and fail flags, sorted; empty if the node does not answer.
 view_of() {
-    local port=$1
-    cli "$port" cluster nodes 2>/dev/null | awk '
+    cli "$1" cluster nodes 2>/dev/null | view_from_nodes
+}
+
+# The same from CLUSTER NODES lines on stdin (other lines are ignored).
+view_from_nodes() {
+    awk '
         NF >= 8 {
             flags = $3
             gsub(/myself,?/, "", flags)
@@ -330,32 +416,36 @@ view_of() {
 # One pass of the wait-ok check. Prints why not, returns 1 when not ok.
 check_ok_once() {
     local -a ports pids
-    local i=0 p first="" v info
+    local -A ids=()
+    local i=0 p first="" v info lines
     read -r -a ports <<<"$PORTS"
     read -r -a pids <<<"$PIDS"
     for p in "${ports[@]}"; do
         local pid=${pids[$i]}
         i=$((i + 1))
         alive "$pid" || continue
-        [ -z "$(in_removed "$p")" ] || continue
-        info=$(cli "$p" cluster info 2>/dev/null | tr -d '\r' || true)
-        if ! grep -q '^cluster_state:ok$' <<<"$info"; then
+        ! removed "$p" || continue
+        # One connection for the three questions (each redis-cli run costs
+        # processes, and a pass asks every node).
+        info=$(printf 'CLUSTER INFO\nINFO replication\nCLUSTER NODES\n' | cli "$p" 2>/dev/null |
+            tr -d '\r' || true)
+        lines=$'\n'$info$'\n'
+        if [[ $lines != *$'\ncluster_state:ok\n'* ]]; then
             echo "node $p: not cluster_state:ok"
             return 1
         fi
-        if ! grep -q '^cluster_slots_ok:16384$' <<<"$info"; then
+        if [[ $lines != *$'\ncluster_slots_ok:16384\n'* ]]; then
             echo "node $p: not all slots ok: $(grep '^cluster_slots' <<<"$info" | tr '\n' ' ')"
             return 1
         fi
         # A replica that has never finished its first sync cannot be
         # promoted (cluster-replica-validity-factor): not ok until synced.
-        if [ "$(cli "$p" role 2>/dev/null | head -n 1 | tr -d '\r')" = slave ] &&
-            ! cli "$p" info replication 2>/dev/null | tr -d '\r' |
-            grep -q '^master_link_status:up$'; then
+        if [[ $lines == *$'\nrole:slave\n'* && $lines != *$'\nmaster_link_status:up\n'* ]]; then
             echo "replica $p: link to its master not up"
             return 1
         fi
-        v=$(view_of "$p")
+        v=$(view_from_nodes <<<"$info")
+        ids[$p]=$(awk 'NF >= 8 && $3 ~ /myself/ { print $1; exit }' <<<"$info")
         if [ -z "$v" ]; then
             echo "node $p: no CLUSTER NODES"
             return 1
@@ -378,10 +468,8 @@ check_ok_once() {
         local pid=${pids[$i]}
         i=$((i + 1))
         alive "$pid" || continue
-        [ -z "$(in_removed "$p")" ] || continue
-        local id
-        id=$(cli "$p" cluster myid 2>/dev/null | tr -d '\r' || true)
-        if grep -q "^$id .* FAIL" <<<"$first"; then
+        ! removed "$p" || continue
+        if grep -q "^${ids[$p]:-} .* FAIL" <<<"$first"; then
             echo "live node $p is still flagged as failed"
             return 1
         fi
@@ -408,7 +496,7 @@ check_ok_once() {
     got=0
     for p in "${ports[@]}"; do
         # Ask a live node (the first port may be the killed one).
-        if alive "$(pid_of "$p")" && [ -z "$(in_removed "$p")" ]; then
+        if alive "$(pid_of "$p")" && ! removed "$p"; then
             got=$(cli "$p" cluster slots 2>/dev/null | tr -d '\r' | grep -E '^[0-9a-f]{40}$' |
                 sort -u | wc -l || true)
             break
@@ -425,7 +513,7 @@ check_ok_once() {
         local pid=${pids[$i]}
         i=$((i + 1))
         alive "$pid" && continue
-        [ -z "$(in_removed "$p")" ] || continue
+        ! removed "$p" || continue
         local id
         id=$(conf_id "$p")
         [ -n "$id" ] || continue
@@ -490,13 +578,10 @@ cmd_start() {
     echo "cluster.sh: directory $DIR" >&2
     n=$((MASTERS * (1 + REPLICAS)))
     write_env
-    for ((i = 0; i < n; i++)); do
-        start_new_node || {
-            write_env
-            die "could not start node $((i + 1)) of $n (see $DIR)"
-        }
+    start_nodes "$n" || {
         write_env
-    done
+        die "could not start the $n nodes (see $DIR)"
+    }
     local -a addrs=()
     local p
     for p in $PORTS; do addrs+=("127.0.0.1:$p"); done
@@ -537,6 +622,7 @@ cmd_stop() {
         stop_pid "${pids[$i]}" "$p" || rc=1
         i=$((i + 1))
     done
+    release_ports "${ports[@]}"
     if [ "${RCP_CLUSTER_KEEP:-0}" = 0 ]; then
         rm -rf "${DIR:?}"
     fi
@@ -651,7 +737,7 @@ first_live_port() {
     read -r -a ports <<<"$PORTS"
     read -r -a pids <<<"$PIDS"
     for p in "${ports[@]}"; do
-        if alive "${pids[$i]}" && [ -z "$(in_removed "$p")" ]; then
+        if alive "${pids[$i]}" && ! removed "$p"; then
             echo "$p"
             return 0
         fi
@@ -662,10 +748,8 @@ first_live_port() {
 
 # Nodes removed with del-node are listed in DIR/removed; wait-ok and the
 # choice of an entry node skip them.
-in_removed() {
-    if [ -f "$DIR/removed" ] && grep -qx "$1" "$DIR/removed"; then
-        echo yes
-    fi
+removed() {
+    [ -f "$DIR/removed" ] && grep -qx "$1" "$DIR/removed"
 }
 
 cmd_add_node() {
@@ -734,12 +818,12 @@ adopt_orphan_slots() {
     read -r -a pids <<<"$PIDS"
     for p in "${ports[@]}"; do
         i=$((i + 1))
-        alive "${pids[$((i - 1))]}" && [ -z "$(in_removed "$p")" ] || continue
+        alive "${pids[$((i - 1))]}" && ! removed "$p" || continue
         id=$(cli "$p" cluster myid 2>/dev/null | tr -d '\r' || true)
         [ ${#id} = 40 ] || continue
         for q in "${ports[@]}"; do
             [ "$q" != "$p" ] || continue
-            alive "$(pid_of "$q")" && [ -z "$(in_removed "$q")" ] || continue
+            alive "$(pid_of "$q")" && ! removed "$q" || continue
             theirs=$(cli "$q" cluster nodes 2>/dev/null | slots_in_view "$id" || true)
             [ -n "$theirs" ] && break
         done
