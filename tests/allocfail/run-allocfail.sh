@@ -18,6 +18,9 @@
 #   ALLOCFAIL_MAX_N=M       stop a test's sweep after N > M (reported as
 #                           capped, not as complete)
 #   ALLOCFAIL_TIMEOUT=T     seconds per run before it counts as a hang (60)
+#   ALLOCFAIL_JOBS=J        tests swept at once (default 2; the strides are
+#                           set first, one test at a time, so the runs are
+#                           the same as with 1)
 #   ALLOCFAIL_STRICT=1      a NULL dereference in a test's own code after
 #                           an injected failure counts as a failure too
 #
@@ -96,16 +99,15 @@ classify() {
     fi
 }
 
-total_runs=0
-bad_runs=0
 t_start=$(date +%s)
+
+# First, one after the other as before, the timing run of every test that
+# sets its stride (bounded mode); then the sweeps, ALLOCFAIL_JOBS (default 2)
+# tests at a time: each sweep is the same N = 1, 1+S, 1+2S, ... it would be
+# alone (the strides are fixed before any sweep loads the machine), and
+# many runs wait on timers (a deadline, a reconnect), so two overlap well.
+i=0
 while IFS=$'\x1f' read -r name envs cmd; do
-    declare -A cnt=([pass]=0 [assert]=0 [null-in-test]=0 [leak]=0 [sanitizer]=0 [crash]=0 [hang]=0)
-    s_start=$(date +%s)
-    n=1
-    runs=0
-    status=complete
-    maxcount=0
     stride=$stride_opt
     if [ "$budget" -gt 0 ]; then
         rm -f "$work/report"
@@ -119,13 +121,29 @@ while IFS=$'\x1f' read -r name envs cmd; do
         stride=$(( (${c:-0} + fit - 1) / fit ))
         [ "$stride" -lt 1 ] && stride=1
     fi
+    echo "$stride" >"$work/stride-$i"
+    i=$((i + 1))
+done <"$work/tests"
+
+# One test's sweep (test number, name, env words, command); its counts go to
+# $work/result-NUMBER as "runs bad".
+sweep() {
+    local idx=$1 name=$2 envs=$3 cmd=$4
+    local -A cnt=([pass]=0 [assert]=0 [null-in-test]=0 [leak]=0 [sanitizer]=0 [crash]=0 [hang]=0)
+    local s_start n runs status maxcount stride rep out rc c cls bad=0
+    s_start=$(date +%s)
+    n=1
+    runs=0
+    status=complete
+    maxcount=0
+    stride=$(cat "$work/stride-$idx")
     while :; do
         if [ "$max_n" -gt 0 ] && [ "$n" -gt "$max_n" ]; then
             status="capped at N=$max_n"
             break
         fi
-        rep="$work/report"
-        out="$work/out"
+        rep="$work/report-$idx"
+        out="$work/out-$idx"
         rm -f "$rep"
         eval "env $envs RCP_FAIL_ALLOC_AT=$n RCP_FAIL_ALLOC_LOG=$rep timeout -k 5 $tmo $cmd" \
             >"$out" 2>&1
@@ -144,7 +162,7 @@ while IFS=$'\x1f' read -r name envs cmd; do
                 cp "$out" "$logs/$name-clean.log"
                 echo "  $name: fails with no failure injected (N=$n): $logs/$name-clean.log"
                 status="fails-clean"
-                bad_runs=$((bad_runs + 1))
+                bad=$((bad + 1))
             fi
             break
         fi
@@ -157,18 +175,43 @@ while IFS=$'\x1f' read -r name envs cmd; do
         *)
             cp "$out" "$logs/$name-N$n-$cls.log"
             echo "  $name N=$n: $cls: $logs/$name-N$n-$cls.log"
-            bad_runs=$((bad_runs + 1)) ;;
+            bad=$((bad + 1)) ;;
         esac
         n=$((n + stride))
     done
-    total_runs=$((total_runs + runs))
     [ "$stride" -gt 1 ] && [ "$status" = complete ] && status="complete with stride $stride"
     printf 'allocfail %-22s runs=%d allocs<=%d pass=%d assert=%d null-in-test=%d leak=%d sanitizer=%d crash=%d hang=%d %ds %s\n' \
         "$name" "$runs" "$maxcount" "${cnt[pass]}" "${cnt[assert]}" "${cnt[null-in-test]}" \
         "${cnt[leak]}" "${cnt[sanitizer]}" "${cnt[crash]}" "${cnt[hang]}" \
         $(( $(date +%s) - s_start )) "$status"
-    unset cnt
+    echo "$runs $bad" >"$work/result-$idx"
+}
+
+jobs=${ALLOCFAIL_JOBS:-2}
+i=0
+running=0
+while IFS=$'\x1f' read -r name envs cmd; do
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n
+        running=$((running - 1))
+    fi
+    sweep "$i" "$name" "$envs" "$cmd" </dev/null &
+    running=$((running + 1))
+    i=$((i + 1))
 done <"$work/tests"
+wait
+
+total_runs=0
+bad_runs=0
+for ((k = 0; k < i; k++)); do
+    if read -r r b <"$work/result-$k" 2>/dev/null; then
+        total_runs=$((total_runs + r))
+        bad_runs=$((bad_runs + b))
+    else
+        echo "  test $k: its sweep left no result" >&2
+        bad_runs=$((bad_runs + 1))
+    fi
+done
 
 echo "allocfail: $total_runs runs in $(( $(date +%s) - t_start ))s, $bad_runs failed" \
     "(stride $stride_opt, budget ${budget}s per test, cap $max_n; 0: none)"
