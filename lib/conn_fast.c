@@ -320,7 +320,7 @@ static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint
 {
     rcp_reply *replies[LEAD_READ_MAX];
     rcp_future *futs[LEAD_READ_MAX];
-    size_t n, i;
+    size_t n;
     uint64_t since = rcp__now_ns();
     char cause[512];
     int code = RCP_ERR_IO;
@@ -377,29 +377,14 @@ static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint
      * others first (those woken first queue again meanwhile: the batch we
      * write on leaving grows), then pass the socket on. */
     pthread_mutex_lock(&c->mu);
-    for (i = 0; i < n; i++) {
-        futs[i] = c->ring[c->head & c->mask].f;
-        c->ring[c->head & c->mask].f = NULL;
-        c->head++;
-    }
-    if (c->space_waiters)
-        pthread_cond_broadcast(&c->space_cv);
+    rcp__conn_take_replies(c, futs, n); /* all n: ours, written, ends them */
     c->last_read_ns = since;
     if (n > 1) {
         pthread_mutex_unlock(&c->mu);
-        for (i = 0; i + 1 < n; i++) {
-            if (futs[i]) {
-                futs[i]->resolve(futs[i], replies[i]);
-                rcp__reply_release(replies[i]);
-            } else {
-                conn_stat_add(&c->st.late_replies, 1);
-                rcp_reply_free(replies[i]);
-            }
-        }
+        rcp__conn_resolve_taken(futs, replies, n - 1);
         pthread_mutex_lock(&c->mu);
     }
     fast_leave(c);
-    conn_stat_add(&c->st.replies, n);
     conn_stat_add(&c->st.fast_path, 1);
     return replies[n - 1];
 

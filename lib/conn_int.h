@@ -386,6 +386,13 @@ int rcp__conn_account_written(struct rcp_conn *c);
  * their futures in order (resolved outside the mutex). Returns 0 if a
  * reply had no request (protocol violation). */
 int rcp__conn_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n);
+/* Mutex held, by the reader of the socket: take the futures of up to n
+ * written requests ([head, wr)) for n replies in order; returns how many
+ * (fewer: replies with no request). Counts replies and late replies. */
+size_t rcp__conn_take_replies(struct rcp_conn *c, rcp_future **futs, size_t n);
+/* Mutex not held: resolve what rcp__conn_take_replies took, in order (a
+ * NULL future timed out: its reply is dropped). */
+void rcp__conn_resolve_taken(rcp_future **futs, rcp_reply **replies, size_t n);
 
 /* A sending thread that found the connection idle (conn.c, enqueue_many;
  * mutex held, released on return): write the pending requests as the

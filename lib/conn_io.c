@@ -287,21 +287,11 @@ void rcp__conn_caller_flush(struct rcp_conn *c, int lowered)
 /* ------------------------------------------------------------------ */
 /* reading and dispatching replies                                     */
 
-int rcp__conn_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
+size_t rcp__conn_take_replies(struct rcp_conn *c, rcp_future **futs, size_t n)
 {
-    rcp_future *futs[DISPATCH_MAX];
     size_t i, late = 0;
-    int ok = 1;
-    if (c->push_fn)
-        return rcp__conn_push_dispatch(c, replies, n);
-    pthread_mutex_lock(&c->mu);
-    for (i = 0; i < n; i++) {
-        rcp__slot *s;
-        if (c->head == c->wr) {
-            ok = 0;
-            break;
-        }
-        s = &c->ring[c->head & c->mask];
+    for (i = 0; i < n && c->head < c->wr; i++) {
+        rcp__slot *s = &c->ring[c->head & c->mask];
         futs[i] = s->f;
         s->f = NULL;
         if (!futs[i])
@@ -310,11 +300,15 @@ int rcp__conn_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
     }
     if (c->space_waiters)
         pthread_cond_broadcast(&c->space_cv);
-    pthread_mutex_unlock(&c->mu);
     conn_stat_add(&c->st.replies, i);
     if (late)
         conn_stat_add(&c->st.late_replies, late);
-    for (size_t k = 0; k < i; k++) {
+    return i;
+}
+
+void rcp__conn_resolve_taken(rcp_future **futs, rcp_reply **replies, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
         if (futs[k]) {
             futs[k]->resolve(futs[k], replies[k]);
             rcp__reply_release(replies[k]);
@@ -322,9 +316,21 @@ int rcp__conn_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
             rcp_reply_free(replies[k]);
         }
     }
+}
+
+int rcp__conn_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
+{
+    rcp_future *futs[DISPATCH_MAX];
+    size_t i;
+    if (c->push_fn)
+        return rcp__conn_push_dispatch(c, replies, n);
+    pthread_mutex_lock(&c->mu);
+    i = rcp__conn_take_replies(c, futs, n);
+    pthread_mutex_unlock(&c->mu);
+    rcp__conn_resolve_taken(futs, replies, i);
     for (size_t k = i; k < n; k++)
         rcp_reply_free(replies[k]);
-    return ok;
+    return i == n;
 }
 
 /* Loop thread. Read until EAGAIN. Returns 0 if the connection failed. */
