@@ -880,6 +880,7 @@ int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *o)
     S(caller_writes);
     S(leads);
     S(caller_replies);
+    S(loop_leads);
 #undef S
     return RCP_OK;
 }
@@ -907,5 +908,6 @@ void rcp_conn_stats_add(rcp_conn_stats *sum, const rcp_conn_stats *add)
     A(caller_writes);
     A(leads);
     A(caller_replies);
+    A(loop_leads);
 #undef A
 }

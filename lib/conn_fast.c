@@ -239,6 +239,28 @@ static int write_queued(struct rcp_conn *c, uint64_t j)
     return 1;
 }
 
+/* Mutex held (released on return), by the thread on the socket (a
+ * leaving caller, or the loop). Hand the socket to the caller of slot j,
+ * a sync future written and unanswered: it reads the replies up to its
+ * own, waking their callers, and passes the socket on in turn. */
+static void give_lead(struct rcp_conn *c, uint64_t j)
+{
+    sync_future *next = (sync_future *)c->ring[j & c->mask].f;
+    c->fast_active = 1;
+    c->fast_idx = j; /* the loop's timers keep off it from here */
+    next->idx = j;
+    pthread_mutex_unlock(&c->mu);
+    /* From here the socket is next's: touch nothing of c's I/O state.
+     * next cannot be resolved meanwhile: only the thread on the socket
+     * reads, the loop's timers skip fast_idx, and the loop fails the
+     * connection only once the socket is handed back to it. */
+    conn_stat_add(&c->st.leads, 1);
+    if (atomic_exchange(&next->state, SF_LEAD) == SF_SLEEPING) {
+        futex_wake(&next->state);
+        conn_stat_add(&c->st.futex_wakes, 1);
+    }
+}
+
 /* Mutex held (released on return), by the thread on the socket once its
  * own reply is in. Write what callers queued meanwhile, then hand the
  * socket to the last caller whose request is written and unanswered: it
@@ -248,7 +270,6 @@ static int write_queued(struct rcp_conn *c, uint64_t j)
 static void fast_leave(struct rcp_conn *c)
 {
     uint64_t j = UINT64_MAX, i;
-    sync_future *next;
     int ring;
 
     if (c->head == c->wr && c->reader->pos < c->reader->len) {
@@ -282,16 +303,45 @@ static void fast_leave(struct rcp_conn *c)
             conn_ring_loop(c);
         return;
     }
-    next = (sync_future *)c->ring[j & c->mask].f;
-    c->fast_idx = j; /* the loop's timers keep off it from here */
-    next->idx = j;
-    pthread_mutex_unlock(&c->mu);
-    /* From here the socket is next's: touch nothing of c's I/O state. */
-    conn_stat_add(&c->st.leads, 1);
-    if (atomic_exchange(&next->state, SF_LEAD) == SF_SLEEPING) {
-        futex_wake(&next->state);
-        conn_stat_add(&c->st.futex_wakes, 1);
+    give_lead(c, j);
+}
+
+/* Loop thread, at the end of a pass that left every queued request
+ * written. If all that is in flight is sync callers' (a chain of leaders
+ * broke off: an async request in the queue, a partial write), hand the
+ * socket to the last of them instead of reading for them. With callers
+ * queueing all the time the connection is never idle again, so the
+ * lone-caller path cannot restart the chain; without this the loop would
+ * read for everyone from then on, a wake per batch. The wake is one the
+ * loop would pay anyway (the reply of that caller). */
+void rcp__conn_offer_lead(struct rcp_conn *c)
+{
+    uint64_t i, j = UINT64_MAX;
+    if (!c->opt.fast_path || c->opt.batch_delay_us)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (c->state != RCP__ST_READY || c->closing || c->need_close || c->need_read || c->push_fn ||
+        c->fast_active || c->caller_writing || c->wake_pending || c->fd < 0 ||
+        c->wlen != c->woff || c->taken != c->tail || c->reply_too_large) {
+        pthread_mutex_unlock(&c->mu);
+        return;
     }
+    for (i = c->head; i < c->wr; i++) {
+        rcp_future *f = c->ring[i & c->mask].f;
+        if (!f)
+            continue; /* timed out: its late reply is read and dropped */
+        if (f->resolve != sync_resolve) {
+            j = UINT64_MAX;
+            break;
+        }
+        j = i;
+    }
+    if (j == UINT64_MAX) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    conn_stat_add(&c->st.loop_leads, 1);
+    give_lead(c, j);
 }
 
 /* Mutex held. The thread on the socket gives up waiting for its own

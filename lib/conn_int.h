@@ -155,7 +155,7 @@ struct rcp_conn {
         _Atomic uint64_t requests, replies, batches, commands_written, write_calls,
             read_calls, bytes_out, bytes_in, timeouts, late_replies, reconnects,
             disconnects, fast_path, futex_wakes, loop_wakes, caller_writes, leads,
-            caller_replies;
+            caller_replies, loop_leads;
     } st;
 };
 
@@ -405,6 +405,10 @@ void rcp__conn_caller_flush(struct rcp_conn *c, int lowered);
 /* A sync call: a future on the caller's stack, the lone-caller path when
  * it is free (not with asking), else queued behind whoever has the socket
  * (a caller or the loop). Never NULL. */
+/* Loop thread, after a pass (conn_fast.c): hand the socket to a sync
+ * caller if only sync callers' requests are in flight. */
+void rcp__conn_offer_lead(struct rcp_conn *c);
+
 rcp_reply *rcp__conn_sync_command(struct rcp_conn *c, int argc, const char **argv,
                                   const size_t *argvlen, const char *raw, size_t len, int asking,
                                   int timeout_ms);

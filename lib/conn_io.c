@@ -490,7 +490,8 @@ static void serve(struct rcp_conn *c, uint32_t events)
             !rcp__conn_check_handshake(c))
             return;
     }
-    do_write(c);
+    if (do_write(c))
+        rcp__conn_offer_lead(c);
 }
 
 static uint64_t next_timer(struct rcp_conn *c)

@@ -172,6 +172,9 @@ typedef struct rcp_conn_stats {
                               * the replies of the callers before it (leader/follower) */
     uint64_t caller_replies; /* replies read by a sync caller on the socket (a lone one, or
                               * one handed the lead) instead of the loop */
+    uint64_t loop_leads;     /* of `leads`, those handed by the loop: it had the socket with
+                              * only sync callers' requests in flight, and gave it to one
+                              * of them instead of reading for them */
 } rcp_conn_stats;
 
 RCP_API int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *out);

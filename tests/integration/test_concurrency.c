@@ -169,9 +169,109 @@ START_TEST(test_sync_default_caps)
      * behind whoever is on the socket nearly all the time. */
     ck_assert_msg(st.leads > 0, "no caller was handed the lead");
     ck_assert_msg(st.caller_replies >= st.replies / 2,
-                  "callers read %llu of %llu replies (leads %llu, loop wakes %llu)",
+                  "callers read %llu of %llu replies (leads %llu, from the loop %llu, loop "
+                  "wakes %llu)",
                   (unsigned long long)st.caller_replies, (unsigned long long)st.replies,
-                  (unsigned long long)st.leads, (unsigned long long)st.loop_wakes);
+                  (unsigned long long)st.leads, (unsigned long long)st.loop_leads,
+                  (unsigned long long)st.loop_wakes);
+}
+END_TEST
+
+/* The chain of leading callers breaks whenever the loop must take the
+ * socket (here: an async request, whose callback runs on the loop
+ * thread). With sync callers queueing all the time the connection is
+ * never idle again, so the lone-caller path cannot restart the chain: the
+ * loop must hand the socket back to one of them itself, or it would read
+ * for every caller from then on, paying a wake per batch. */
+static atomic_int lb_stop;
+static atomic_long lb_calls;
+
+static void *loop_back_main(void *arg)
+{
+    struct sync_worker *w = arg;
+    char key[32];
+
+    snprintf(key, sizeof key, "lb_%d", w->id);
+    while (!atomic_load(&lb_stop)) {
+        rcp_reply *r = rcp_conn_command(conn, "INCR %s", key);
+        if (r->type != RCP_REPLY_INTEGER || r->err != RCP_OK || r->integer < 1)
+            note_bad(w, "INCR", r);
+        rcp_reply_free(r);
+        atomic_fetch_add(&lb_calls, 1);
+    }
+    return NULL;
+}
+
+struct lb_async {
+    rcp_future f; /* first: the callback gets &f */
+    atomic_int done;
+    int ok;
+};
+
+static void lb_async_resolve(rcp_future *f, rcp_reply *r)
+{
+    struct lb_async *a = (struct lb_async *)f;
+    a->ok = rcpt_is_status(r, "PONG");
+    atomic_store(&a->done, 1); /* last: the owner's stack frame may go */
+}
+
+/* Returns once `n` more sync calls were made (or after a minute: the
+ * threads stopped making progress, which the checks after report). */
+static void lb_wait_calls(long n)
+{
+    long until = atomic_load(&lb_calls) + n;
+    int64_t deadline = rcptest_now_ms() + 60000;
+
+    while (atomic_load(&lb_calls) < until && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(1);
+}
+
+START_TEST(test_sync_lead_comes_back_from_loop)
+{
+    enum { LB_THREADS = 16 };
+    struct sync_worker w[LB_THREADS];
+    rcp_conn_stats s0, s1;
+    long n = iterations(20000);
+    int round, i;
+
+    open_conn(0, 0, 0);
+    memset(w, 0, sizeof w);
+    atomic_store(&lb_stop, 0);
+    atomic_store(&lb_calls, 0);
+    for (i = 0; i < LB_THREADS; i++) {
+        w[i].id = i;
+        ck_assert_int_eq(pthread_create(&w[i].th, NULL, loop_back_main, &w[i]), 0);
+    }
+    lb_wait_calls(1000);
+    for (round = 0; round < 3; round++) {
+        struct lb_async a;
+        int64_t deadline = rcptest_now_ms() + 30000;
+
+        memset(&a, 0, sizeof a);
+        a.f.resolve = lb_async_resolve;
+        ck_assert_int_eq(rcp_conn_send(conn, &a.f, "PING"), RCP_OK);
+        while (!atomic_load(&a.done) && rcptest_now_ms() < deadline)
+            rcptest_sleep_ms(1);
+        ck_assert_msg(atomic_load(&a.done) && a.ok, "the async PING was not answered");
+        ck_assert_int_eq(rcp_conn_get_stats(conn, &s0), RCP_OK);
+        lb_wait_calls(n);
+        ck_assert_int_eq(rcp_conn_get_stats(conn, &s1), RCP_OK);
+        ck_assert_msg(s1.caller_replies - s0.caller_replies >= (s1.replies - s0.replies) / 2,
+                      "round %d, after an async request: callers read %llu of %llu replies "
+                      "(leads %llu, from the loop %llu, loop wakes %llu)",
+                      round, (unsigned long long)(s1.caller_replies - s0.caller_replies),
+                      (unsigned long long)(s1.replies - s0.replies),
+                      (unsigned long long)(s1.leads - s0.leads),
+                      (unsigned long long)(s1.loop_leads - s0.loop_leads),
+                      (unsigned long long)(s1.loop_wakes - s0.loop_wakes));
+    }
+    atomic_store(&lb_stop, 1);
+    for (i = 0; i < LB_THREADS; i++)
+        pthread_join(w[i].th, NULL);
+    for (i = 0; i < LB_THREADS; i++)
+        ck_assert_msg(w[i].bad == 0, "%d bad replies; first: %s", w[i].bad, w[i].first_bad);
+    ck_assert_int_eq(s1.timeouts, 0);
+    ck_assert_int_eq(s1.disconnects, 0);
 }
 END_TEST
 
@@ -464,8 +564,9 @@ END_TEST
 static void add_tests(TCase *tc)
 {
     rcpt_fixture(tc, &srv, &conn, NULL);
-    RCPTEST_ADD(tc, test_sync_default_caps, test_sync_small_caps, test_sync_batch_delay,
-                test_async_default_caps, test_async_small_caps, test_mixed_sync_async);
+    RCPTEST_ADD(tc, test_sync_default_caps, test_sync_lead_comes_back_from_loop,
+                test_sync_small_caps, test_sync_batch_delay, test_async_default_caps,
+                test_async_small_caps, test_mixed_sync_async);
 }
 
 int main(void)
