@@ -117,6 +117,7 @@ typedef struct config {
     bool io_threads_set;
     unsigned io_threads;
     bool no_fast_path;
+    bool cork;
     const char *password;
     const char *user;
     bool progress;
@@ -405,6 +406,7 @@ static void usage(FILE *f)
         "      --batch-delay-us N   rcpipe: pause after a batch's first request\n"
         "      --io-threads N       rcpipe: I/O loop threads\n"
         "      --no-fast-path       rcpipe: disable the lone-caller fast path\n"
+        "      --cork               rcpipe: adaptive corking (option cork, docs/tuning.md)\n"
         "      --count-allocs       rcpipe: count the library's allocations during the run\n"
         "\n"
         "TLS (memtier_benchmark's flags; every connection: rcpipe's, the classic\n"
@@ -529,6 +531,7 @@ enum {
     OPT_BATCH_DELAY,
     OPT_IO_THREADS,
     OPT_NO_FAST_PATH,
+    OPT_CORK,
     OPT_USER,
     OPT_PROGRESS,
     OPT_CLUSTER_MODE,
@@ -643,6 +646,7 @@ static void parse_args(config *cfg, int argc, char **argv)
         {"batch-delay-us", required_argument, NULL, OPT_BATCH_DELAY},
         {"io-threads", required_argument, NULL, OPT_IO_THREADS},
         {"no-fast-path", no_argument, NULL, OPT_NO_FAST_PATH},
+        {"cork", no_argument, NULL, OPT_CORK},
         {"json-out-file", required_argument, NULL, OPT_JSON},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"cluster-mode", no_argument, NULL, OPT_CLUSTER_MODE},
@@ -720,6 +724,7 @@ static void parse_args(config *cfg, int argc, char **argv)
             cfg->io_threads_set = true;
             break;
         case OPT_NO_FAST_PATH: cfg->no_fast_path = true; break;
+        case OPT_CORK: cfg->cork = true; break;
         case OPT_JSON: cfg->json_out = optarg; break;
         case OPT_PROGRESS: cfg->progress = true; break;
         case OPT_CLUSTER_MODE: cfg->cluster_forced = true; break;
@@ -810,8 +815,9 @@ static void parse_args(config *cfg, int argc, char **argv)
     if (cfg->user && !cfg->password)
         die_usage("--user needs --auth PASSWORD");
     if (cfg->client == CLIENT_CLASSIC &&
-        (cfg->batch_delay_set || cfg->io_threads_set || cfg->no_fast_path))
-        die_usage("--batch-delay-us, --io-threads and --no-fast-path apply to --client rcpipe only");
+        (cfg->batch_delay_set || cfg->io_threads_set || cfg->no_fast_path || cfg->cork))
+        die_usage("--batch-delay-us, --io-threads, --no-fast-path and --cork apply to --client "
+                  "rcpipe only");
     if (cfg->client == CLIENT_CLASSIC && cfg->read_policy > RCP_READ_MASTER_ONLY)
         die_usage("--read-policy %s applies to --client rcpipe only (classic reads masters)",
                   read_policy_name(cfg->read_policy));
@@ -2377,6 +2383,7 @@ typedef struct results {
     double futex_wakes_per_op, loop_wakes_per_op, commands_per_write, fast_path_fraction;
     unsigned io_threads, batch_delay_us;
     int fast_path;
+    int cork;
     /* cluster mode */
     bool cluster;
     unsigned masters, replicas;  /* from CLUSTER SLOTS at start */
@@ -2491,13 +2498,16 @@ static void print_results(const config *cfg, const results *r)
                cfg->threads);
     else if (cfg->client == CLIENT_RCPIPE && r->cluster)
         printf("client               rcpipe, %u threads on one cluster handle, %zu node "
-               "connections (io-threads %u, batch-delay-us %u, fast-path %s, read-policy %s)\n",
+               "connections (io-threads %u, batch-delay-us %u, fast-path %s, cork %s, read-policy "
+               "%s)\n",
                cfg->threads, r->lib_nodes, r->io_threads, r->batch_delay_us,
-               r->fast_path ? "on" : "off", read_policy_name(cfg->read_policy));
+               r->fast_path ? "on" : "off", r->cork ? "on" : "off",
+               read_policy_name(cfg->read_policy));
     else if (cfg->client == CLIENT_RCPIPE)
         printf("client               rcpipe, %u threads on one connection "
-               "(io-threads %u, batch-delay-us %u, fast-path %s)\n",
-               cfg->threads, r->io_threads, r->batch_delay_us, r->fast_path ? "on" : "off");
+               "(io-threads %u, batch-delay-us %u, fast-path %s, cork %s)\n",
+               cfg->threads, r->io_threads, r->batch_delay_us, r->fast_path ? "on" : "off",
+               r->cork ? "on" : "off");
     else if (r->cluster)
         printf("client               classic, %u threads, %s connection each per "
                "master (%u masters)\n", cfg->threads, classic_kind, r->masters);
@@ -2663,6 +2673,7 @@ static bool write_json(const config *cfg, const results *r)
         fprintf(f, "  \"io_threads\": %u,\n", r->io_threads);
         fprintf(f, "  \"batch_delay_us\": %u,\n", r->batch_delay_us);
         fprintf(f, "  \"fast_path\": %s,\n", r->fast_path ? "true" : "false");
+        fprintf(f, "  \"cork\": %s,\n", r->cork ? "true" : "false");
     }
     json_latency(f, "sets", r->sets, r->set_ops, r->elapsed_s, false, 0, 0, r->set_bytes);
     json_latency(f, "gets", r->gets, r->get_ops, r->elapsed_s, true, r->hits, r->misses,
@@ -3106,6 +3117,8 @@ int main(int argc, char **argv)
             o.batch_delay_us = cfg.batch_delay_us;
         if (cfg.no_fast_path)
             o.fast_path = 0;
+        if (cfg.cork)
+            o.cork = 1;
         if (cfg.tls) {
             o.tls = 1;
             o.tls_ca_file = cfg.tls_s.ca_file;
@@ -3117,6 +3130,7 @@ int main(int argc, char **argv)
         res.io_threads = o.io_threads;
         res.batch_delay_us = o.batch_delay_us;
         res.fast_path = o.fast_path;
+        res.cork = o.cork;
         err[0] = '\0';
         b.opts = o;
         snprintf(b.seeds, sizeof(b.seeds), strchr(cfg.host, ':') ? "[%s]:%d" : "%s:%d",

@@ -96,6 +96,30 @@ static inline int caller_may_write(struct rcp_conn *c, uint64_t first)
            !rcp__loop_awake(c->loop);
 }
 
+/* Mutex held, after queueing. Adaptive corking (option cork): a write is
+ * in flight and not one byte of its replies has come back, so the loop
+ * will read soon and write after it (conn_io.c serve: do_read, then
+ * do_write): requests sent meanwhile wait for that instead of waking the
+ * loop for a write of their own, up to a full flush. Nagle's rule, with
+ * the first reply byte for the acknowledgement. No timer is needed: a
+ * request held here waits at most until the first reply byte of the
+ * requests already written, which the server sends before it would even
+ * read this one (it answers a connection's requests in order), plus one
+ * round trip; a server that never answers trips the I/O timeout, which
+ * fails the held requests as not sent. Not while a caller is on the
+ * socket (it writes what queues behind it) nor on a push connection. */
+static inline int conn_corked(struct rcp_conn *c)
+{
+    if (!c->opt.cork || !atomic_load_explicit(&c->unheard, memory_order_relaxed))
+        return 0;
+    if (c->head == c->wr || c->fast_active || c->caller_writing || c->push_fn ||
+        c->state != RCP__ST_READY || c->tail - c->taken >= c->opt.max_batch_commands ||
+        c->pend_len - c->pend_off >= c->opt.max_batch_bytes)
+        return 0;
+    conn_stat_add(&c->st.corked, 1);
+    return 1;
+}
+
 int rcp__conn_pend_reserve(struct rcp_conn *c, size_t len)
 {
     size_t used = c->pend_len - c->pend_off;
@@ -542,7 +566,11 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
         rcp__conn_caller_flush(c, lowered); /* unlocks */
         return RCP_OK;
     }
-    ring = conn_want_loop(c);
+    if (!lowered && conn_corked(c))
+        ring = 0; /* the first reply byte of the write in flight flushes them;
+                   * a sooner deadline than the loop knows of still rings */
+    else
+        ring = conn_want_loop(c);
     if (c->fast_active)
         atomic_store_explicit(&c->behind, 1, memory_order_relaxed); /* it writes them */
     if (!ring && c->fast_active && deadline) {
@@ -881,6 +909,7 @@ int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *o)
     S(leads);
     S(caller_replies);
     S(loop_leads);
+    S(corked);
 #undef S
     return RCP_OK;
 }
@@ -909,5 +938,6 @@ void rcp_conn_stats_add(rcp_conn_stats *sum, const rcp_conn_stats *add)
     A(leads);
     A(caller_replies);
     A(loop_leads);
+    A(corked);
 #undef A
 }

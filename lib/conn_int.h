@@ -105,6 +105,9 @@ struct rcp_conn {
     int need_close;       /* the fast path hands a failure to the loop */
     int need_read;        /* the fast path hands the reader role back */
     atomic_int behind;    /* requests were queued while a calling thread had the socket */
+    atomic_int unheard;   /* cork: written requests are in flight and no byte came back
+                           * since the last write (set under the mutex when a write
+                           * lands, cleared by whoever reads bytes) */
     int caller_writing;   /* a sending thread writes the pending requests itself
                            * (rcp__conn_caller_flush): the loop keeps off the socket */
     int loop_deferred;    /* the loop was called meanwhile: the writer rings it after */
@@ -155,7 +158,7 @@ struct rcp_conn {
         _Atomic uint64_t requests, replies, batches, commands_written, write_calls,
             read_calls, bytes_out, bytes_in, timeouts, late_replies, reconnects,
             disconnects, fast_path, futex_wakes, loop_wakes, caller_writes, leads,
-            caller_replies, loop_leads;
+            caller_replies, loop_leads, corked;
     } st;
 };
 
@@ -281,6 +284,7 @@ static inline ssize_t conn_recv_feed(struct rcp_conn *c, int flags)
         }
     }
     if (r > 0) {
+        atomic_store_explicit(&c->unheard, 0, memory_order_relaxed);
         if (redisReaderFeed(c->reader, c->rbuf, (size_t)r) != REDIS_OK)
             return CONN_IO_BAD;
         /* What the reader holds is at most the reply in progress (every

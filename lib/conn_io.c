@@ -138,6 +138,8 @@ int rcp__conn_account_written(struct rcp_conn *c)
         }
         c->wslot_off += c->ring[c->wr & c->mask].len;
         c->wr++;
+        if (c->opt.cork)
+            atomic_store_explicit(&c->unheard, 1, memory_order_relaxed);
     }
     return lowered;
 }

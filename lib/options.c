@@ -116,6 +116,8 @@ int rcp__conn_options_check(const rcp_conn_options *o, int with_address, char *w
     if (o->reconnect_max_ms < o->reconnect_min_ms)
         BAD("reconnect_max_ms %d is less than reconnect_min_ms %d", o->reconnect_max_ms,
             o->reconnect_min_ms);
+    if (o->cork != 0 && o->cork != 1)
+        BAD("cork %d is out of range (0 or 1)", o->cork);
     if (o->io_threads > 64)
         BAD("io_threads %u is out of range (0 or 1..64)", o->io_threads);
     return tls_check(o, why, len);

@@ -105,6 +105,12 @@ typedef struct rcp_conn_options {
     int tls_min_version;          /* 0: default (TLS 1.2); 12: TLS 1.2; 13: TLS 1.3 */
     const char *tls_ciphers;      /* TLS 1.2 cipher list (OpenSSL syntax); NULL: OpenSSL's */
     const char *tls_ciphersuites; /* TLS 1.3 ciphersuites (OpenSSL syntax); NULL: OpenSSL's */
+    int cork;                     /* adaptive corking (docs/tuning.md): 1: while a write is
+                                   * in flight and no byte of its replies has come back,
+                                   * requests sent from other threads wait to ride in the
+                                   * next write (sent when the first reply byte comes, or
+                                   * at max_batch_commands queued) instead of waking the
+                                   * loop; fatter writes, fewer wakes. 0: off. Default 0 */
 } rcp_conn_options;
 
 RCP_API void rcp_conn_options_init(rcp_conn_options *o);
@@ -175,6 +181,8 @@ typedef struct rcp_conn_stats {
     uint64_t loop_leads;     /* of `leads`, those handed by the loop: it had the socket with
                               * only sync callers' requests in flight, and gave it to one
                               * of them instead of reading for them */
+    uint64_t corked;         /* sends that waited for the first reply byte of the write in
+                              * flight instead of waking the loop (option cork) */
 } rcp_conn_stats;
 
 RCP_API int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *out);

@@ -17,6 +17,7 @@
 
 static rcpt_server srv;
 static rcp_conn *conn;
+static int cork; /* the next open_conn's option cork */
 
 static void open_conn(unsigned max_batch_commands, unsigned max_inflight, unsigned batch_delay_us)
 {
@@ -31,6 +32,8 @@ static void open_conn(unsigned max_batch_commands, unsigned max_inflight, unsign
     if (max_inflight)
         o.max_inflight = max_inflight;
     o.batch_delay_us = batch_delay_us;
+    o.cork = cork;
+    cork = 0;
     conn = rcpt_conn_open_ok(&o);
 }
 
@@ -495,6 +498,28 @@ START_TEST(test_async_default_caps)
 }
 END_TEST
 
+/* Adaptive corking: requests of other threads held until the first reply
+ * byte of the write in flight; every reply still to its own future. */
+START_TEST(test_async_cork)
+{
+    rcp_conn_stats st;
+    cork = 1;
+    open_conn(0, 0, 0);
+    run_async(iterations(700));
+    ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
+    ck_assert_msg(st.corked > 0, "no request was held (corked 0 of %llu)",
+                  (unsigned long long)st.requests);
+}
+END_TEST
+
+START_TEST(test_sync_cork)
+{
+    cork = 1;
+    open_conn(7, 24, 0);
+    run_sync(iterations(200));
+}
+END_TEST
+
 START_TEST(test_async_small_caps)
 {
     open_conn(5, 50, 0);
@@ -566,7 +591,7 @@ static void add_tests(TCase *tc)
     rcpt_fixture(tc, &srv, &conn, NULL);
     RCPTEST_ADD(tc, test_sync_default_caps, test_sync_lead_comes_back_from_loop,
                 test_sync_small_caps, test_sync_batch_delay, test_async_default_caps,
-                test_async_small_caps, test_mixed_sync_async);
+                test_async_small_caps, test_mixed_sync_async, test_async_cork, test_sync_cork);
 }
 
 int main(void)

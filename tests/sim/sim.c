@@ -427,6 +427,8 @@ static int parse_line(sim_node *n, const char *raw, int lineno, step *s, char *e
         snprintf(err, errlen, "line %d: bad quoting or escape (or more than 256 words)", lineno);
         return -1;
     }
+    if (nt == 0)
+        return 1; /* blanks only */
     if (strcmp(t[0].s, "accept") == 0 && nt == 1) {
         s->kind = S_ACCEPT;
     } else if (strcmp(t[0].s, "expect") == 0 && nt >= 2) {
