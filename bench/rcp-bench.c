@@ -2568,6 +2568,9 @@ static void print_results(const config *cfg, const results *r)
         printf("commands/write       %.2f (%" PRIu64 " batches, %" PRIu64 " send calls)\n",
                r->commands_per_write, r->lib.batches, r->lib.write_calls);
         printf("fast path            %.1f%% of requests\n", 100.0 * r->fast_path_fraction);
+        if (r->cork)
+            printf("corked sends         %.3f /op (waited for the first reply byte of the "
+                   "write in flight)\n", ratio_or_nan((double)r->lib.corked, (double)r->ops));
     }
     if (cfg->client == CLIENT_RCPIPE && (cfg->async_depth || cfg->pipeline > 1))
         printf("worker sleeps        %.3f /op (waits for a free slot or the group's replies; "
@@ -2653,6 +2656,8 @@ static bool write_json(const config *cfg, const results *r)
              r->lib_ok ? ratio_or_nan((double)r->lib.caller_replies, (double)r->ops) : NAN, false);
     json_num(f, "leads_per_op",
              r->lib_ok ? ratio_or_nan((double)r->lib.leads, (double)r->ops) : NAN, false);
+    json_num(f, "corked_per_op",
+             r->lib_ok ? ratio_or_nan((double)r->lib.corked, (double)r->ops) : NAN, false);
     json_num(f, "commands_per_write", r->lib_ok ? r->commands_per_write : NAN, false);
     json_num(f, "fast_path_fraction", r->lib_ok ? r->fast_path_fraction : NAN, false);
     json_num(f, "write_calls_per_op",
@@ -3369,6 +3374,7 @@ int main(int argc, char **argv)
         res.lib.caller_writes = s1->caller_writes - s0->caller_writes;
         res.lib.leads = s1->leads - s0->leads;
         res.lib.caller_replies = s1->caller_replies - s0->caller_replies;
+        res.lib.corked = s1->corked - s0->corked;
         lib_requests = res.lib.requests;
         if (b.cluster || (cfg.event_loop && cfg.cluster)) {
             const rcp_cluster_stats *c0 = &st0.cl, *c1 = &st1.cl;
