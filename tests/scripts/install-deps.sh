@@ -13,6 +13,9 @@ pkgs+=(libssl-dev openssl)
 # The loop adapters' example and integration tests (rcpipe/libevent.h,
 # rcpipe/libuv.h are header-only: the library itself links neither).
 pkgs+=(libevent-dev libuv1-dev)
+# The reference manual (docs/reference): go-md2man turns its pages into man
+# pages at build time; man-db's man checks that they render without a warning.
+pkgs+=(go-md2man man-db)
 
 missing=()
 for p in "${pkgs[@]}"; do

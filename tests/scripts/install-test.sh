@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The install as a user gets it: configure and install rcpipe into a
 # temporary prefix, compile every example in docs/examples with pkg-config
-# alone (no path into the source tree), and run two of them (the README's
-# example and the libevent cluster program) against a local cluster.
+# alone (no path into the source tree), check the man pages (every public
+# function and type has one under PREFIX/share/man that renders without a
+# warning), and run two of the examples (the README's example and the
+# libevent cluster program) against a local cluster.
 #
 #   tests/scripts/install-test.sh [WORK_DIR]     (default: a new temporary dir)
 set -euo pipefail
@@ -36,6 +38,15 @@ for f in "$src"/docs/examples/*.c; do
     n=$((n + 1))
 done
 echo "install-test: $n examples compiled with pkg-config alone"
+
+# The reference manual, as installed (docs/reference/README.md). Without
+# go-md2man the build makes no man pages (-Dman=auto): say so, since CI
+# installs it (install-deps.sh) and must check them.
+if command -v go-md2man >/dev/null; then
+    python3 "$src/tests/scripts/refman.py" installed "$prefix"
+else
+    echo "install-test: go-md2man missing: man pages neither built nor checked"
+fi
 
 seed=$("$src/tests/scripts/cluster.sh" start --dir "$work/cluster" 2>/dev/null)
 cluster=$work/cluster
