@@ -2,6 +2,7 @@
  * resolve callbacks, the count dipping below zero, the time limits. */
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -88,6 +89,43 @@ START_TEST(done_before_add)
 }
 END_TEST
 
+static _Atomic(rcp_waitgroup *) handed;
+static atomic_int stop_doner;
+
+static void *hand_doner(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&stop_doner)) {
+        rcp_waitgroup *wg = atomic_exchange(&handed, NULL);
+        if (wg)
+            rcp_waitgroup_done(wg);
+    }
+    return NULL;
+}
+
+/* The pattern docs/api.md shows: free the group as soon as the wait
+ * returns. The last done may still be inside the group (its broadcast)
+ * when the waiter sees the count at zero; wait must not return before it
+ * has let go, or the free pulls the mutex out from under it (ASan: a
+ * use after free). */
+START_TEST(free_after_wait)
+{
+    pthread_t th;
+    atomic_store(&stop_doner, 0);
+    ck_assert_int_eq(pthread_create(&th, NULL, hand_doner, NULL), 0);
+    for (int i = 0; i < 50000; i++) {
+        rcp_waitgroup *wg = rcp_waitgroup_new();
+        ck_assert_ptr_nonnull(wg);
+        rcp_waitgroup_add(wg, 1);
+        atomic_store(&handed, wg);
+        ck_assert_int_eq(rcp_waitgroup_wait(wg, -1), RCP_OK);
+        rcp_waitgroup_free(wg);
+    }
+    atomic_store(&stop_doner, 1);
+    pthread_join(th, NULL);
+}
+END_TEST
+
 START_TEST(nulls)
 {
     ck_assert_int_eq(rcp_waitgroup_wait(NULL, 0), RCP_ERR_INVALID);
@@ -102,6 +140,6 @@ int main(void)
 {
     Suite *s = suite_create("waitgroup");
     TCase *tc = rcptest_tcase(s, "core", 30);
-    RCPTEST_ADD(tc, wait_for_all, limits, done_before_add, nulls);
+    RCPTEST_ADD(tc, wait_for_all, limits, done_before_add, free_after_wait, nulls);
     return rcptest_run(s) ? 1 : 0;
 }
