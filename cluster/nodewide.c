@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "loop.h"
 #include "cluster_int.h"
 #include "format.h"
 #include "reply.h"
@@ -36,6 +37,8 @@ size_t rcp_cluster_command_nodes(rcp_cluster *cl, int which, rcp_node_reply *out
     if (!cl || (which != RCP_NODES_MASTERS && which != RCP_NODES_ALL) || (max && !out) ||
         rcp__cluster_closing(cl))
         return 0;
+    if (rcp__loop_on_thread())
+        return 0; /* on an I/O thread it would wait for its own replies */
     if (prepare(cl, argc, argv, argvlen, &buf, &len) != RCP_OK)
         return 0;
     nodes = rcp__malloc(MAX_NODES * sizeof(*nodes));

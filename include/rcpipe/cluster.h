@@ -146,7 +146,8 @@ RCP_API size_t rcp_cluster_get_nodes(rcp_cluster *c, rcp_cluster_node_info *out,
  * entries, each with the node's address and role and a reply it owns
  * (a client error if that node could not be asked); returns the number of
  * nodes asked (0 and nothing filled if the command is refused, e.g.
- * NULL or a blocking command). Free with rcp_cluster_node_replies_free. Nothing is
+ * NULL, a blocking command, or a call from an I/O thread: a callback,
+ * where the wait would deadlock). Free with rcp_cluster_node_replies_free. Nothing is
  * retried or redirected: the reply is that node's. */
 enum { RCP_NODES_MASTERS = 0, RCP_NODES_ALL = 1 };
 

@@ -214,9 +214,46 @@ START_TEST(test_scan)
 }
 END_TEST
 
+struct from_cb {
+    rcp_waitgroup *wg;
+    size_t asked;
+};
+
+static void nodes_from_callback(rcp_future *f, rcp_reply *r)
+{
+    struct from_cb *c = f->data;
+    rcp_node_reply nr[16];
+    (void)r;
+    c->asked = on_nodes(RCP_NODES_MASTERS, nr, 16, "DBSIZE", NULL, NULL);
+    rcp_waitgroup_done(c->wg);
+}
+
+/* From a callback (an I/O thread) the node-wide call would wait for
+ * replies that thread must read itself: it refuses at once (0 asked)
+ * instead of hanging the handle. */
+START_TEST(test_nodes_from_callback)
+{
+    struct from_cb c = {rcp_waitgroup_new(), 99};
+    rcp_future f = {0};
+    const char *argv[] = {"PING"};
+
+    h = rcpc_open_default(&cl);
+    ck_assert_ptr_nonnull(c.wg);
+    f.resolve = nodes_from_callback;
+    f.data = &c;
+    rcp_waitgroup_add(c.wg, 1);
+    ck_assert_int_eq(rcp_cluster_send_argv(h, &f, 1, argv, NULL), RCP_OK);
+    ck_assert_int_eq(rcp_waitgroup_wait(c.wg, rcptest_scale(10000)), RCP_OK);
+    ck_assert_uint_eq(c.asked, 0);
+    rcp_waitgroup_free(c.wg);
+    rcp_cluster_close(h);
+    h = NULL;
+}
+END_TEST
+
 static void add_tests(TCase *tc)
 {
-    RCPTEST_ADD(tc, test_node_wide, test_scan);
+    RCPTEST_ADD(tc, test_node_wide, test_scan, test_nodes_from_callback);
 }
 
 int main(void)
