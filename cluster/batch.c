@@ -166,6 +166,7 @@ int rcp_batch_send(rcp_batch *b, rcp_future *f)
             rcp_reply_free(fl->arr);
         rcp__free(fl);
         rcp__free(fs);
+        snprintf(b->why, sizeof b->why, "out of memory for a batch of %zu commands", b->cmds.n);
         return RCP_ERR_OOM;
     }
     pthread_mutex_init(&fl->mu, NULL);
@@ -185,6 +186,8 @@ int rcp_batch_send(rcp_batch *b, rcp_future *f)
         rcp_reply_free(fl->arr);
         pthread_mutex_destroy(&fl->mu);
         rcp__free(fl);
+        snprintf(b->why, sizeof b->why, "batch of %zu commands refused: %s (nothing sent; the "
+                 "batch keeps its commands)", b->cmds.n, rcp_strerror(rv));
         return rv;
     }
     rcp__cmdlist_clear(&b->cmds);

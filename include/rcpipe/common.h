@@ -38,7 +38,8 @@ typedef enum rcp_err {
     RCP_ERR_UNSUPPORTED = 12,      /* a command that changes connection state (MULTI, SUBSCRIBE, SELECT...) */
     RCP_ERR_TOO_LARGE = 13,        /* a request larger than max_request_bytes */
     RCP_ERR_SERVER = 14,           /* the server answered with an error reply; its text is kept */
-    RCP_ERR_CLUSTER_DOWN = 15,     /* the slot is not served (hole in the map, CLUSTERDOWN past retries) */
+    RCP_ERR_CLUSTER_DOWN = 15,     /* the slot is served by no node of the map (a server's own
+                                    * CLUSTERDOWN past retries is RCP_ERR_SERVER) */
     RCP_ERR_CROSS_SLOT = 16,       /* a command's keys hash to different slots */
     RCP_ERR_REDIRECT_LIMIT = 17,   /* more MOVED/ASK redirects than max_redirects */
     RCP_ERR_TYPE = 18,             /* a reply is not of the type asked for (rcp_reply_int of a nil...) */
