@@ -149,8 +149,8 @@ static int cfut_submit(rcp__cfut *cf, int first)
         }
         cf->inner.data = node;
         /* The deadline as it is kept, in ns: no conversion per attempt. */
-        rv = rcp__conn_send_raw_until(conn, &cf->inner, cf->rq.buf, cf->rq.len, cf->rq.asking,
-                                      cf->rq.deadline);
+        rv = rcp__conn_send_raw_sink(conn, &cf->inner, cf->rq.buf, cf->rq.len, cf->rq.asking,
+                                     cf->rq.deadline, cf->rq.sink);
         if (rv == RCP_OK) {
             rcp__cluster_unpin(conn);
             return RCP_OK;
@@ -260,9 +260,12 @@ static int async_one(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf, int a
 
 /* Classify and take the command's route. fmtbuf: the formatted bytes of a
  * printf-style call (argv points into it; freed here), or NULL. A request
- * is classified straight into the wrapped future that will carry it. */
+ * is classified straight into the wrapped future that will carry it. With
+ * a sink, only a one-request command: a split or blocking one is refused
+ * (RCP_ERR_UNSUPPORTED). */
 static int async_route(struct rcp_cluster *cl, rcp_future *f, int policy, int argc,
-                       const char **argv, const size_t *argvlen, char *fmtbuf, size_t fmtlen)
+                       const char **argv, const size_t *argvlen, char *fmtbuf, size_t fmtlen,
+                       const rcp_sink *sink)
 {
     rcp__req rq;
     rcp__cfut *cf;
@@ -277,8 +280,13 @@ static int async_route(struct rcp_cluster *cl, rcp_future *f, int policy, int ar
     }
     cf->rq.policy = policy;
     kind = rcp__classify(cl, argc, argv, argvlen, &cf->rq, &code, &why);
+    cf->rq.sink = sink;
     if (kind == RCP__ROUTE_ONE)
         return async_one(cl, f, cf, argc, argv, argvlen, fmtbuf, fmtlen);
+    if (sink && kind != RCP__ROUTE_REFUSED) {
+        kind = RCP__ROUTE_REFUSED;
+        code = RCP_ERR_UNSUPPORTED;
+    }
     rq = cf->rq;
     rcp__cfut_put(cl, cf);
     switch (kind) {
@@ -301,11 +309,12 @@ int rcp__async_argv(struct rcp_cluster *cl, rcp_future *f, int policy, int argc,
 {
     if (atomic_load(&cl->closing))
         return RCP_ERR_CLOSED;
-    return async_route(cl, f, policy, argc, argv, argvlen, NULL, 0);
+    return async_route(cl, f, policy, argc, argv, argvlen, NULL, 0, NULL);
 }
 
-int rcp_cluster_send_argv_policy(rcp_cluster *cl, rcp_future *f, int policy, int argc,
-                                 const char **argv, const size_t *argvlen)
+/* The argv entries, with or without a sink. */
+static int send_argv(rcp_cluster *cl, rcp_future *f, int policy, int argc, const char **argv,
+                     const size_t *argvlen, const rcp_sink *sink)
 {
     int i;
     if (!cl || !f || !f->resolve || argc < 1 || !argv || policy < -1 || policy > RCP_READ_NEAREST)
@@ -315,13 +324,27 @@ int rcp_cluster_send_argv_policy(rcp_cluster *cl, rcp_future *f, int policy, int
             return RCP_ERR_INVALID;
     if (atomic_load(&cl->closing))
         return RCP_ERR_CLOSED;
-    return async_route(cl, f, policy, argc, argv, argvlen, NULL, 0);
+    return async_route(cl, f, policy, argc, argv, argvlen, NULL, 0, sink);
+}
+
+int rcp_cluster_send_argv_policy(rcp_cluster *cl, rcp_future *f, int policy, int argc,
+                                 const char **argv, const size_t *argvlen)
+{
+    return send_argv(cl, f, policy, argc, argv, argvlen, NULL);
 }
 
 int rcp_cluster_send_argv(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
                           const size_t *argvlen)
 {
-    return rcp_cluster_send_argv_policy(cl, f, -1, argc, argv, argvlen);
+    return send_argv(cl, f, -1, argc, argv, argvlen, NULL);
+}
+
+int rcp_cluster_send_argv_sink(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
+                               const size_t *argvlen, const rcp_sink *sink)
+{
+    if (rcp__sink_check(sink) != RCP_OK)
+        return RCP_ERR_INVALID;
+    return send_argv(cl, f, -1, argc, argv, argvlen, sink);
 }
 
 int rcp_cluster_sendv(rcp_cluster *cl, rcp_future *f, const char *fmt, va_list ap)
@@ -336,7 +359,7 @@ int rcp_cluster_sendv(rcp_cluster *cl, rcp_future *f, const char *fmt, va_list a
     rv = rcp__format_command(&cmd, fmt, ap, &why);
     if (rv != RCP_OK)
         return rv;
-    return async_route(cl, f, -1, cmd.argc, cmd.argv, cmd.argvlen, cmd.buf, cmd.len);
+    return async_route(cl, f, -1, cmd.argc, cmd.argv, cmd.argvlen, cmd.buf, cmd.len, NULL);
 }
 
 int rcp_cluster_send(rcp_cluster *cl, rcp_future *f, const char *fmt, ...)

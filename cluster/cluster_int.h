@@ -132,6 +132,8 @@ typedef struct rcp__req {
     rcp__node *target;  /* next attempt goes here (MOVED/ASK), else routed */
     rcp__node *last;    /* where the last attempt went, for error messages */
     int asking;
+    const rcp_sink *sink; /* the reply streams there on every attempt (the caller's; NULL:
+                           * none); a streamed read is never resent once written */
 } rcp__req;
 
 /* A request waiting on the refresher's queue for a delayed retry

@@ -15,7 +15,8 @@
  *     max_retries, within the deadline;
  *   - not sent: back off, resend anywhere;
  *   - written, then the connection failed: resend only a read-only
- *     command; a write may have been applied and is never sent twice;
+ *     command; a write may have been applied and is never sent twice, a
+ *     streamed read may have given part of its value to its sink;
  *   - anything else: the caller's answer. */
 #include <stdio.h>
 
@@ -57,8 +58,10 @@ int rcp__retry_decide(struct rcp_cluster *cl, rcp__req *rq, rcp__node *asked, co
                 return RCP__ACT_DONE;
             rcp__cluster_refresh_soon(cl);
             /* Written (or maybe written): only a read-only command may be
-             * sent again; a write might have been applied. */
-            if (!(rq->flags & RCP__CMD_READONLY) || ++rq->retries > cl->opt.max_retries)
+             * sent again; a write might have been applied. Nor a streamed
+             * read: part of its value may have reached the sink, which a
+             * second attempt would give again from byte 0. */
+            if (!(rq->flags & RCP__CMD_READONLY) || rq->sink || ++rq->retries > cl->opt.max_retries)
                 return RCP__ACT_DONE;
             rcp__stat_add(&cl->st.io, 1);
             *delay_ns = backoff;

@@ -51,7 +51,8 @@ static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
             }
             r = rcp__reply_error_new(code, "no connection to the slot's node");
         } else {
-            r = rcp__conn_command_raw(conn, rq->buf, rq->len, rq->asking, rcp__req_remaining_ms(rq));
+            r = rcp__conn_command_raw_sink(conn, rq->buf, rq->len, rq->asking,
+                                           rcp__req_remaining_ms(rq), rq->sink);
             rcp__cluster_unpin(conn);
         }
         act = rcp__retry_decide(cl, rq, node, r, &delay, &code, msg, sizeof msg);
@@ -75,19 +76,30 @@ static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
 }
 
 /* Classify and take the command's route, waited for. fmtbuf: the bytes of
- * a printf-style call (argv points into it; freed here), or NULL. */
+ * a printf-style call (argv points into it; freed here), or NULL. With a
+ * sink, only a one-request command (as async_route). */
 static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, const char **argv,
-                             const size_t *argvlen, char *fmtbuf, size_t fmtlen)
+                             const size_t *argvlen, char *fmtbuf, size_t fmtlen,
+                             const rcp_sink *sink)
 {
     rcp__req rq;
     const char *why;
     rcp_reply *r;
     int code;
+    rcp__route_kind kind;
     char stackbuf[512];
 
     memset(&rq, 0, sizeof rq);
     rq.policy = -1;
-    switch (rcp__classify(cl, argc, argv, argvlen, &rq, &code, &why)) {
+    rq.sink = sink;
+    kind = rcp__classify(cl, argc, argv, argvlen, &rq, &code, &why);
+    if (sink && (kind == RCP__ROUTE_SPLIT || kind == RCP__ROUTE_BLOCKING)) {
+        kind = RCP__ROUTE_REFUSED;
+        code = RCP_ERR_UNSUPPORTED;
+        why = "a streamed read must be one request to one node: not a multi-key command across "
+              "slots, not a blocking command";
+    }
+    switch (kind) {
     case RCP__ROUTE_ONE:
         break;
     case RCP__ROUTE_SPLIT:
@@ -139,8 +151,9 @@ static rcp_reply *sync_refusal(rcp_cluster *cl, const char *what)
     return rcp__sync_refused_on_loop();
 }
 
-rcp_reply *rcp_cluster_command_argv_timeout(rcp_cluster *cl, int timeout_ms, int argc,
-                                            const char **argv, const size_t *argvlen)
+/* The argv entries, with or without a sink. */
+static rcp_reply *sync_argv(rcp_cluster *cl, int timeout_ms, int argc, const char **argv,
+                            const size_t *argvlen, const rcp_sink *sink)
 {
     rcp_reply *r;
     int i;
@@ -149,18 +162,34 @@ rcp_reply *rcp_cluster_command_argv_timeout(rcp_cluster *cl, int timeout_ms, int
     for (i = 0; cl && i < argc; i++)
         if (!argv[i])
             return sync_error_reply(RCP_ERR_INVALID, "rcp_cluster_command: NULL argument");
+    if (cl && sink && rcp__sink_check(sink) != RCP_OK)
+        return sync_error_reply(RCP_ERR_INVALID, "rcp_cluster_command_argv_sink: invalid sink");
     if ((r = sync_refusal(cl, "rcp_cluster_command")))
         return r;
     atomic_fetch_add(&cl->active_calls, 1);
-    r = sync_route(cl, timeout_ms, argc, argv, argvlen, NULL, 0);
+    r = sync_route(cl, timeout_ms, argc, argv, argvlen, NULL, 0, sink);
     atomic_fetch_sub(&cl->active_calls, 1);
     return r;
+}
+
+rcp_reply *rcp_cluster_command_argv_timeout(rcp_cluster *cl, int timeout_ms, int argc,
+                                            const char **argv, const size_t *argvlen)
+{
+    return sync_argv(cl, timeout_ms, argc, argv, argvlen, NULL);
 }
 
 rcp_reply *rcp_cluster_command_argv(rcp_cluster *cl, int argc, const char **argv,
                                     const size_t *argvlen)
 {
-    return rcp_cluster_command_argv_timeout(cl, 0, argc, argv, argvlen);
+    return sync_argv(cl, 0, argc, argv, argvlen, NULL);
+}
+
+rcp_reply *rcp_cluster_command_argv_sink(rcp_cluster *cl, int argc, const char **argv,
+                                         const size_t *argvlen, const rcp_sink *sink)
+{
+    if (!sink)
+        return sync_error_reply(RCP_ERR_INVALID, "rcp_cluster_command_argv_sink: NULL sink");
+    return sync_argv(cl, 0, argc, argv, argvlen, sink);
 }
 
 rcp_reply *rcp_cluster_commandv_timeout(rcp_cluster *cl, int timeout_ms, const char *fmt,
@@ -177,7 +206,7 @@ rcp_reply *rcp_cluster_commandv_timeout(rcp_cluster *cl, int timeout_ms, const c
     if (rv != RCP_OK)
         r = sync_error_reply(rv, why);
     else
-        r = sync_route(cl, timeout_ms, cmd.argc, cmd.argv, cmd.argvlen, cmd.buf, cmd.len);
+        r = sync_route(cl, timeout_ms, cmd.argc, cmd.argv, cmd.argvlen, cmd.buf, cmd.len, NULL);
     atomic_fetch_sub(&cl->active_calls, 1);
     return r;
 }

@@ -53,12 +53,15 @@ void rcp_conn_options_init(rcp_conn_options *o)
 
 /* Mutex held. Append one slot; bytes must already be in the pending buffer. */
 /* Returns 1 if the deadline lowered the connection's timer. */
-static int push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size_t len)
+static int push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size_t len,
+                     const rcp_sink *sink)
 {
     rcp__slot *s = &c->ring[c->tail & c->mask];
     s->f = f;
     s->deadline = deadline;
     s->len = len;
+    s->sink = sink;
+    conn_sink_count(c, sink);
     c->tail++;
     if (deadline && deadline < c->min_deadline) {
         c->min_deadline = deadline;
@@ -507,6 +510,7 @@ typedef struct req_desc {
     size_t len;
     int has_until;
     uint64_t until;
+    const rcp_sink *sink; /* its reply streams there (conn_sink.c); NULL: none */
 } req_desc;
 
 /* A request's deadline; reads the clock (into *now, once) only for a
@@ -551,7 +555,7 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
     if (asking) {
         memcpy(c->pend + c->pend_len, asking_cmd, ASKING_LEN);
         c->pend_len += ASKING_LEN;
-        push_slot(c, &asking_future, 0, ASKING_LEN);
+        push_slot(c, &asking_future, 0, ASKING_LEN, NULL);
     }
     for (i = 0; i < n; i++) {
         if (d[i].raw)
@@ -559,7 +563,7 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
         else
             rcp__format_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen);
         c->pend_len += d[i].len;
-        lowered |= push_slot(c, d[i].f, desc_deadline(c, &d[i], &now), d[i].len);
+        lowered |= push_slot(c, d[i].f, desc_deadline(c, &d[i], &now), d[i].len, d[i].sink);
     }
     conn_stat_add(&c->st.requests, n);
     if (caller_may_write(c, first)) {
@@ -589,7 +593,8 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
 }
 
 int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,
-                      const size_t *argvlen, const char *raw, size_t len, int asking)
+                      const size_t *argvlen, const char *raw, size_t len, int asking,
+                      const rcp_sink *sink)
 {
     req_desc d;
     d.f = f;
@@ -600,6 +605,7 @@ int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **
     d.len = len;
     d.has_until = 0;
     d.until = 0;
+    d.sink = sink;
     return enqueue_many(c, &d, 1, asking);
 }
 
@@ -657,7 +663,7 @@ static int format_fmt(rcp_conn *c, const char *fmt, va_list ap, char **buf, size
  * entry point keeps the one call level it had before they shared this. */
 __attribute__((always_inline)) static inline int
 public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_t *argvlen,
-            const char *fmt, va_list *ap)
+            const char *fmt, va_list *ap, const rcp_sink *sink)
 {
     char *buf = NULL;
     size_t len;
@@ -671,7 +677,7 @@ public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_
     else
         rv = precheck(c, argc, argv, argvlen, &len, &why);
     if (rv == RCP_OK)
-        rv = rcp__conn_enqueue(c, f, argc, argv, argvlen, buf, len, 0);
+        rv = rcp__conn_enqueue(c, f, argc, argv, argvlen, buf, len, 0, sink);
     if (buf)
         rcp__free(buf);
     call_leave(c);
@@ -681,7 +687,15 @@ public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_
 int rcp_conn_send_argv(rcp_conn *c, rcp_future *f, int argc, const char **argv,
                        const size_t *argvlen)
 {
-    return public_send(c, f, argc, argv, argvlen, NULL, NULL);
+    return public_send(c, f, argc, argv, argvlen, NULL, NULL, NULL);
+}
+
+int rcp_conn_send_argv_sink(rcp_conn *c, rcp_future *f, int argc, const char **argv,
+                            const size_t *argvlen, const rcp_sink *sink)
+{
+    if (rcp__sink_check(sink) != RCP_OK)
+        return RCP_ERR_INVALID;
+    return public_send(c, f, argc, argv, argvlen, NULL, NULL, sink);
 }
 
 int rcp_conn_sendv(rcp_conn *c, rcp_future *f, const char *fmt, va_list ap)
@@ -689,7 +703,7 @@ int rcp_conn_sendv(rcp_conn *c, rcp_future *f, const char *fmt, va_list ap)
     va_list cp;
     int rv;
     va_copy(cp, ap); /* a va_list parameter may be an array: pass a copy's address */
-    rv = public_send(c, f, 0, NULL, NULL, fmt, &cp);
+    rv = public_send(c, f, 0, NULL, NULL, fmt, &cp, NULL);
     va_end(cp);
     return rv;
 }
@@ -727,13 +741,19 @@ int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_
 {
     int rv;
     call_enter(c);
-    rv = rcp__conn_enqueue(c, f, 0, NULL, NULL, raw, len, asking);
+    rv = rcp__conn_enqueue(c, f, 0, NULL, NULL, raw, len, asking, NULL);
     call_leave(c);
     return rv;
 }
 
 int rcp__conn_send_raw_until(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
                              int asking, uint64_t deadline)
+{
+    return rcp__conn_send_raw_sink(c, f, raw, len, asking, deadline, NULL);
+}
+
+int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                            int asking, uint64_t deadline, const rcp_sink *sink)
 {
     req_desc d;
     int rv;
@@ -743,6 +763,7 @@ int rcp__conn_send_raw_until(struct rcp_conn *c, rcp_future *f, const char *raw,
     d.len = len;
     d.has_until = 1;
     d.until = deadline;
+    d.sink = sink;
     call_enter(c);
     rv = enqueue_many(c, &d, 1, asking);
     call_leave(c);
@@ -779,11 +800,17 @@ int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
 rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,
                                  int timeout_ms)
 {
+    return rcp__conn_command_raw_sink(c, raw, len, asking, timeout_ms, NULL);
+}
+
+rcp_reply *rcp__conn_command_raw_sink(struct rcp_conn *c, const char *raw, size_t len, int asking,
+                                      int timeout_ms, const rcp_sink *sink)
+{
     rcp_reply *r;
     if (rcp__loop_on_thread())
         return on_loop_refusal();
     call_enter(c);
-    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, asking, timeout_ms);
+    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, asking, timeout_ms, sink);
     call_leave(c);
     return r;
 }
@@ -808,7 +835,7 @@ uint64_t rcp__conn_outstanding(struct rcp_conn *c)
  * set), run it. Always inlined, as public_send. */
 __attribute__((always_inline)) static inline rcp_reply *
 public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const size_t *argvlen,
-               const char *fmt, va_list *ap)
+               const char *fmt, va_list *ap, const rcp_sink *sink)
 {
     char *buf = NULL;
     size_t len;
@@ -830,7 +857,7 @@ public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const s
     if (rv != RCP_OK)
         r = rcp__conn_error_reply(rv, why, "request refused");
     else
-        r = rcp__conn_sync_command(c, argc, argv, argvlen, buf, len, 0, 0);
+        r = rcp__conn_sync_command(c, argc, argv, argvlen, buf, len, 0, 0, sink);
     if (buf)
         rcp__free(buf);
     call_leave(c);
@@ -839,7 +866,16 @@ public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const s
 
 rcp_reply *rcp_conn_command_argv(rcp_conn *c, int argc, const char **argv, const size_t *argvlen)
 {
-    return public_command(c, "rcp_conn_command_argv", argc, argv, argvlen, NULL, NULL);
+    return public_command(c, "rcp_conn_command_argv", argc, argv, argvlen, NULL, NULL, NULL);
+}
+
+rcp_reply *rcp_conn_command_argv_sink(rcp_conn *c, int argc, const char **argv,
+                                      const size_t *argvlen, const rcp_sink *sink)
+{
+    if (rcp__sink_check(sink) != RCP_OK)
+        return rcp__conn_error_reply(RCP_ERR_INVALID, "rcp_conn_command_argv_sink: invalid sink",
+                                     NULL);
+    return public_command(c, "rcp_conn_command_argv_sink", argc, argv, argvlen, NULL, NULL, sink);
 }
 
 rcp_reply *rcp_conn_commandv(rcp_conn *c, const char *fmt, va_list ap)
@@ -847,7 +883,7 @@ rcp_reply *rcp_conn_commandv(rcp_conn *c, const char *fmt, va_list ap)
     va_list cp;
     rcp_reply *r;
     va_copy(cp, ap); /* a va_list parameter may be an array: pass a copy's address */
-    r = public_command(c, "rcp_conn_command", 0, NULL, NULL, fmt, &cp);
+    r = public_command(c, "rcp_conn_command", 0, NULL, NULL, fmt, &cp, NULL);
     va_end(cp);
     return r;
 }

@@ -102,6 +102,7 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
             c->scratch[n++] = s->f;
             s->f = NULL;
         }
+        s->sink = NULL;
     }
     c->head = c->wr = c->taken = c->tail = 0;
     c->pend_len = c->pend_off = 0;
@@ -116,6 +117,7 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
         redisReaderFree(c->reader);
         c->reader = rcp__reader_new_budget(&c->budget);
     }
+    rcp__conn_sink_reset(c); /* with the reader: the stream's bytes are gone too */
     c->reply_too_large = 0;
     c->budget.exceeded = 0;
     if (was_state == RCP__ST_READY)
@@ -247,6 +249,7 @@ static int queue_handshake(struct rcp_conn *c)
             sl->f = &c->hs[i].f;
             sl->deadline = 0;
             sl->len = lens[i];
+            sl->sink = NULL;
         }
         c->tail += (uint64_t)n;
     }

@@ -350,6 +350,7 @@ void rcp__conn_offer_lead(struct rcp_conn *c)
 static rcp_reply *fast_timeout(struct rcp_conn *c, uint64_t idx)
 {
     char cause[400];
+    rcp__conn_sink_abandon(c, idx, 1); /* our value, if it streams: the loop discards the rest */
     c->ring[idx & c->mask].f = NULL;
     c->need_read = 1;
     fast_handback(c);
@@ -381,7 +382,7 @@ static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint
         n = 0;
         for (;;) {
             void *rep = NULL;
-            if (redisReaderGetReply(c->reader, &rep) != REDIS_OK) {
+            if (conn_get_reply(c, c->head + n, &rep) != REDIS_OK) {
                 code = rcp__conn_reader_failure(c, cause, sizeof cause);
                 goto fail;
             }
@@ -500,7 +501,8 @@ static rcp_reply *fast_io(struct rcp_conn *c, sync_future *s, uint64_t idx, cons
  * caller queues normally), or sets *handed if the request was queued and
  * must be waited for. */
 static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const char **argv,
-                           const size_t *argvlen, const char *raw, size_t len, int *handed)
+                           const size_t *argvlen, const char *raw, size_t len,
+                           const rcp_sink *sink, int *handed)
 {
     char stackbuf[FAST_STACK_BUF];
     char *buf = stackbuf;
@@ -546,6 +548,8 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
         sl->f = &s->f;
         sl->deadline = deadline;
         sl->len = len;
+        sl->sink = sink;
+        conn_sink_count(c, sink);
     }
     c->tail = c->taken = c->wr = idx + 1;
     c->fast_active = 1;
@@ -569,7 +573,7 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
 
 rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
                                   const size_t *argvlen, const char *raw, size_t len, int asking,
-                                  int timeout_ms)
+                                  int timeout_ms, const rcp_sink *sink)
 {
     sync_future s;
     rcp_reply *r;
@@ -581,12 +585,12 @@ rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
     s.f.timeout_ms = timeout_ms;
     s.c = c;
     if (!asking) {
-        r = try_fast(c, &s, argc, argv, argvlen, raw, len, &handed);
+        r = try_fast(c, &s, argc, argv, argvlen, raw, len, sink, &handed);
         if (r)
             return r;
     }
     if (!handed) {
-        rv = rcp__conn_enqueue(c, &s.f, argc, argv, argvlen, raw, len, asking);
+        rv = rcp__conn_enqueue(c, &s.f, argc, argv, argvlen, raw, len, asking, sink);
         if (rv != RCP_OK)
             return rcp__conn_error_reply(rv, NULL, "request refused");
     }

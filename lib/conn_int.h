@@ -8,6 +8,10 @@
  *                   read, dispatch replies, timers
  *   conn_fast.c     sync calls: the caller's own future, and the lone-caller
  *                   fast path (the caller does its own write and read)
+ *   conn_sink.c     streaming reads: a request's bulk-string reply goes to
+ *                   its sink (rcp_sink) in chunks as it is read, never
+ *                   assembled; hooked into conn_recv_feed and conn_get_reply
+ *                   below, so the loop and the fast path stream alike
  *   tls.c           TLS (tls.h): with c->tls set, the write and read below
  *                   go through OpenSSL, for the loop and the fast path alike
  *
@@ -61,7 +65,26 @@ typedef struct rcp__slot {
     rcp_future *f;
     uint64_t deadline; /* ns, 0: none */
     size_t len;        /* bytes of this request still to write */
+    const rcp_sink *sink; /* a bulk reply streams there (conn_sink.c); NULL: none. Cleared
+                           * when the reply is taken (counted by rcp_conn.sinks) */
 } rcp__slot;
+
+/* The streaming read in progress (conn_sink.c), owned like the reader: by
+ * whoever owns the socket's I/O. */
+typedef struct rcp__sink_state {
+    int on;               /* bytes read go to the value, not to the reader */
+    int phase;            /* CONN_SK_*: idle, in the value, its CRLF, done (reply due) */
+    int fail;             /* 0, or why nothing more reaches the sink (RCP_ERR_SINK,
+                           * RCP_ERR_TIMEOUT: its future was resolved already) */
+    int fd_write;         /* an fd sink that is no socket: write(), not send() */
+    uint64_t idx;         /* the slot whose reply it is */
+    const rcp_sink *sink;
+    uint64_t total, off;  /* the value's announced length, bytes read of it */
+    unsigned crlf;        /* bytes of the CRLF after the value seen */
+    char why[512];        /* RCP_ERR_SINK's message */
+} rcp__sink_state;
+
+enum { CONN_SK_IDLE = 0, CONN_SK_DATA, CONN_SK_CRLF, CONN_SK_DONE };
 
 typedef struct rcp__hs_future {
     rcp_future f;
@@ -93,6 +116,10 @@ struct rcp_conn {
     int state;
     int fd;
     int reply_too_large;  /* the reader holds more than max_reply_bytes: drop */
+    atomic_uint sinks;    /* slots in the ring with a sink: nonzero turns on conn_get_reply's
+                           * streaming branch (changed under the mutex) */
+    uint64_t sink_claim;  /* 1 + the slot whose value is being delivered to its sink, 0:
+                           * none. expire() leaves that slot to whoever streams it */
     rcp__reply_budget budget; /* the reader's: objects of the reply being read */
     int rcvtimeo_ms;      /* the socket's SO_RCVTIMEO now (0: none); owned by whoever owns the
                            * socket's I/O */
@@ -136,6 +163,7 @@ struct rcp_conn {
     char *wbuf;
     size_t wlen, woff, wcap, wslot_off;
     redisReader *reader;
+    rcp__sink_state sk;
     char *rbuf;
     size_t rbuf_cap;
     rcp_future **scratch; /* cap entries: futures resolved outside the lock */
@@ -264,38 +292,78 @@ static inline int conn_write_some(struct rcp_conn *c, const char *buf, size_t le
     return CONN_IO_DONE;
 }
 
+/* One recv() into buf (with TLS one SSL_read: the bytes it decrypts),
+ * counted. Results as conn_recv_feed's, without the reader. */
+static inline ssize_t conn_recv_raw(struct rcp_conn *c, char *buf, size_t cap, int flags)
+{
+    ssize_t r;
+    if (c->tls) {
+        r = rcp__tls_read(c, buf, cap, flags);
+    } else {
+        r = recv(c->fd, buf, cap, flags);
+        if (r > 0) {
+            conn_stat_add(&c->st.read_calls, 1);
+            conn_stat_add(&c->st.bytes_in, (uint64_t)r);
+        }
+    }
+    if (r > 0)
+        atomic_store_explicit(&c->unheard, 0, memory_order_relaxed);
+    return r;
+}
+
+/* Hand n bytes read to the reply reader. 0, or CONN_IO_BAD if it refused
+ * them or holds too much. */
+static inline int conn_reader_take(struct rcp_conn *c, const char *p, size_t n)
+{
+    if (redisReaderFeed(c->reader, p, n) != REDIS_OK)
+        return CONN_IO_BAD;
+    /* What the reader holds is at most the reply in progress (every
+     * complete one was taken before this read) and this read: a reply
+     * larger than the cap stops here, whatever the server announced. */
+    if (c->reader->len - c->reader->pos > c->opt.max_reply_bytes) {
+        c->reply_too_large = 1;
+        return CONN_IO_BAD;
+    }
+    return 0;
+}
+
+/* conn_sink.c: the read while a value streams (c->sk.on), and the reply
+ * taking while any slot has a sink. */
+ssize_t rcp__conn_sink_recv(struct rcp_conn *c, int flags);
+int rcp__conn_sink_get_reply(struct rcp_conn *c, uint64_t next, void **reply);
+
 /* One recv() into rbuf (flags: MSG_DONTWAIT on the loop, 0 on the fast
  * path, whose socket is blocking with SO_RCVTIMEO), fed to the reply
  * reader; with TLS one SSL_read (the bytes it decrypts). Returns the
  * bytes read (> 0), 0 if the peer closed, -1 on a recv failure (errno:
  * EINTR and EAGAIN are the caller's to handle), CONN_IO_BAD if the reader
  * refused the bytes (rcp__conn_reader_failure), or CONN_IO_TLS if TLS
- * failed (conn_io_cause). */
+ * failed (conn_io_cause). A result of at least rbuf_cap means the socket
+ * may hold more (the loop reads on).
+ *
+ * In the middle of a streamed value the bytes go to its sink instead
+ * (conn_sink.c): one branch, not taken on the ordinary path. */
 static inline ssize_t conn_recv_feed(struct rcp_conn *c, int flags)
 {
     ssize_t r;
-    if (c->tls) {
-        r = rcp__tls_read(c, c->rbuf, c->rbuf_cap, flags);
-    } else {
-        r = recv(c->fd, c->rbuf, c->rbuf_cap, flags);
-        if (r > 0) {
-            conn_stat_add(&c->st.read_calls, 1);
-            conn_stat_add(&c->st.bytes_in, (uint64_t)r);
-        }
-    }
-    if (r > 0) {
-        atomic_store_explicit(&c->unheard, 0, memory_order_relaxed);
-        if (redisReaderFeed(c->reader, c->rbuf, (size_t)r) != REDIS_OK)
-            return CONN_IO_BAD;
-        /* What the reader holds is at most the reply in progress (every
-         * complete one was taken before this read) and this read: a reply
-         * larger than the cap stops here, whatever the server announced. */
-        if (c->reader->len - c->reader->pos > c->opt.max_reply_bytes) {
-            c->reply_too_large = 1;
-            return CONN_IO_BAD;
-        }
-    }
+    if (__builtin_expect(c->sk.on, 0))
+        return rcp__conn_sink_recv(c, flags);
+    r = conn_recv_raw(c, c->rbuf, c->rbuf_cap, flags);
+    if (r > 0 && conn_reader_take(c, c->rbuf, (size_t)r))
+        return CONN_IO_BAD;
     return r;
+}
+
+/* The next parsed reply, for the slot `next` (head + the replies taken
+ * from the reader and not yet dispatched): redisReaderGetReply's
+ * contract. While any slot has a sink, conn_sink.c looks first: a bulk
+ * reply for a slot with a sink is streamed, not parsed, and comes back as
+ * its length (or an RCP_ERR_SINK error). */
+static inline int conn_get_reply(struct rcp_conn *c, uint64_t next, void **reply)
+{
+    if (__builtin_expect(atomic_load_explicit(&c->sinks, memory_order_relaxed) != 0, 0))
+        return rcp__conn_sink_get_reply(c, next, reply);
+    return redisReaderGetReply(c->reader, reply);
 }
 
 /* The cause of a failed read or write for messages: "what failed:
@@ -346,7 +414,8 @@ int rcp__conn_pend_reserve(struct rcp_conn *c, size_t len);
 /* Queue one request (argv formatted under the mutex, or raw bytes):
  * rcp__conn_send_raw's contract. */
 int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,
-                      const size_t *argvlen, const char *raw, size_t len, int asking);
+                      const size_t *argvlen, const char *raw, size_t len, int asking,
+                      const rcp_sink *sink);
 /* An error reply: `why` if set, else "what: rcp_strerror(code)". */
 rcp_reply *rcp__conn_error_reply(int code, const char *why, const char *what);
 
@@ -405,6 +474,22 @@ void rcp__conn_resolve_taken(rcp_future **futs, rcp_reply **replies, size_t n);
  * if something is left for it. lowered: the send lowered the timer. */
 void rcp__conn_caller_flush(struct rcp_conn *c, int lowered);
 
+/* conn_sink.c */
+/* Mutex held, by expire() or a caller on the socket giving up on slot i:
+ * 1 if i may be resolved now. The value being streamed for it switches to
+ * discard (the rest is read and dropped, the connection stays in step)
+ * when the caller owns the stream (owner: 1 for the thread on the
+ * socket); a value another thread streams is left to it (0). */
+int rcp__conn_sink_abandon(struct rcp_conn *c, uint64_t i, int owner);
+/* Loop thread, failing the connection (mutex held): no stream, no sinks. */
+void rcp__conn_sink_reset(struct rcp_conn *c);
+/* Mutex held, queueing a slot: count it if it has a sink. */
+static inline void conn_sink_count(struct rcp_conn *c, const rcp_sink *sink)
+{
+    if (sink)
+        atomic_fetch_add_explicit(&c->sinks, 1, memory_order_relaxed);
+}
+
 /* conn_fast.c */
 /* A sync call: a future on the caller's stack, the lone-caller path when
  * it is free (not with asking), else queued behind whoever has the socket
@@ -415,6 +500,6 @@ void rcp__conn_offer_lead(struct rcp_conn *c);
 
 rcp_reply *rcp__conn_sync_command(struct rcp_conn *c, int argc, const char **argv,
                                   const size_t *argvlen, const char *raw, size_t len, int asking,
-                                  int timeout_ms);
+                                  int timeout_ms, const rcp_sink *sink);
 
 #endif

@@ -55,6 +55,10 @@ static void expire(struct rcp_conn *c, uint64_t now)
         if (!s->f || !s->deadline || (c->fast_active && i == c->fast_idx))
             continue;
         if (s->deadline <= now) {
+            /* A value streaming to its sink: the loop switches it to
+             * discard; on a caller's thread it completes there. */
+            if (!rcp__conn_sink_abandon(c, i, !c->fast_active))
+                continue;
             c->scratch[n++] = s->f;
             s->f = NULL;
         } else if (s->deadline < min) {
@@ -298,6 +302,10 @@ size_t rcp__conn_take_replies(struct rcp_conn *c, rcp_future **futs, size_t n)
         s->f = NULL;
         if (!futs[i])
             late++;
+        if (s->sink) {
+            s->sink = NULL;
+            atomic_fetch_sub_explicit(&c->sinks, 1, memory_order_relaxed);
+        }
         c->head++;
     }
     if (c->space_waiters)
@@ -355,7 +363,7 @@ static int do_read(struct rcp_conn *c, int until_eagain)
             c->last_read_ns = rcp__now_ns();
             for (;;) {
                 rep = NULL;
-                if (redisReaderGetReply(c->reader, &rep) != REDIS_OK)
+                if (conn_get_reply(c, c->head + n, &rep) != REDIS_OK)
                     goto protocol;
                 if (!rep)
                     break;

@@ -156,6 +156,22 @@ int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
 rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len, int asking,
                                  int timeout_ms);
 
+/* ---- streaming reads (conn_sink.c, rcpipe/conn.h's rcp_sink) ----------- */
+
+/* RCP_OK if the sink is one the connection can stream to, else
+ * RCP_ERR_INVALID (NULL, unknown kind, no fn, fd < 0, NULL buf with
+ * cap > 0). Any thread. */
+int rcp__sink_check(const rcp_sink *sink);
+/* rcp__conn_send_raw_until whose reply streams to sink (NULL: an ordinary
+ * request). The sink MUST stay valid until f is resolved. A bulk reply
+ * resolves f with its length (an integer reply) or RCP_ERR_SINK; any
+ * other reply as usual, the sink untouched. */
+int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                            int asking, uint64_t deadline, const rcp_sink *sink);
+/* rcp__conn_command_raw whose reply streams to sink (as above). */
+rcp_reply *rcp__conn_command_raw_sink(struct rcp_conn *c, const char *raw, size_t len, int asking,
+                                      int timeout_ms, const rcp_sink *sink);
+
 /* ---- state (any thread; a snapshot, stale as soon as it returns) ------- */
 
 /* 1 if connected and the handshake is done. Lock-free (one atomic load):

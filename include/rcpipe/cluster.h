@@ -94,6 +94,24 @@ RCP_API int rcp_cluster_send_forget_argv(rcp_cluster *c, int argc, const char **
 /* Sync calls: always a reply the caller frees, never NULL. */
 RCP_API rcp_reply *rcp_cluster_command_argv(rcp_cluster *c, int argc, const char **argv,
                                             const size_t *argvlen);
+
+/* Streaming reads (rcp_sink, rcpipe/conn.h; docs/large-values.md): as
+ * rcp_cluster_send_argv / rcp_cluster_command_argv, the reply's bulk
+ * string streamed to sink and resolved as its length (an integer reply).
+ * The sink travels with the request across MOVED, ASK and TRYAGAIN,
+ * which come before any byte of a value: only the final node's value
+ * reaches the sink. A streamed read that was written and then lost its
+ * connection is not resent (part of the value may have reached the sink):
+ * it resolves with RCP_ERR_IO; one that was never written is resent as
+ * any request. Only a command that is one request to one node: a
+ * multi-key command whose keys span slots, and a blocking command, are
+ * refused with RCP_ERR_UNSUPPORTED. RCP_ERR_INVALID for a NULL or
+ * malformed sink. */
+RCP_API int rcp_cluster_send_argv_sink(rcp_cluster *c, rcp_future *f, int argc,
+                                       const char **argv, const size_t *argvlen,
+                                       const rcp_sink *sink);
+RCP_API rcp_reply *rcp_cluster_command_argv_sink(rcp_cluster *c, int argc, const char **argv,
+                                                 const size_t *argvlen, const rcp_sink *sink);
 RCP_API rcp_reply *rcp_cluster_command(rcp_cluster *c, const char *fmt, ...);
 RCP_API rcp_reply *rcp_cluster_commandv(rcp_cluster *c, const char *fmt, va_list ap);
 /* The same with a deadline of the call's own, in milliseconds, for the

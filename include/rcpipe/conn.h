@@ -153,6 +153,76 @@ RCP_API rcp_reply *rcp_conn_command_argv(rcp_conn *c, int argc, const char **arg
 RCP_API rcp_reply *rcp_conn_command(rcp_conn *c, const char *fmt, ...);
 RCP_API rcp_reply *rcp_conn_commandv(rcp_conn *c, const char *fmt, va_list ap);
 
+/* ---- streaming reads (docs/large-values.md) ----------------------------
+ *
+ * A request can carry a sink: the bytes of its bulk-string reply (GET,
+ * GETRANGE, HGET, LINDEX...) go to the sink in chunks as they are read
+ * from the socket, and are never assembled in memory: a value of any size
+ * costs the library one read buffer (64 KiB). The future then resolves
+ * with an RCP_REPLY_INTEGER reply whose integer is the value's length in
+ * bytes (0 for an empty string). Everything else arrives as an ordinary
+ * reply and the sink is not touched: nil (a missing key), error replies
+ * (WRONGTYPE; in a cluster MOVED/ASK/TRYAGAIN are followed first, so no
+ * byte of a redirected attempt reaches the sink), and replies of other
+ * types (an integer, an array: MGET and LRANGE are not streamed, their
+ * elements arrive assembled as usual).
+ *
+ * A sink that fails (a callback that returns nonzero, a write to the fd
+ * that fails, a value larger than the buffer) gets nothing more: the rest
+ * of the value is read and discarded, the connection stays in step for
+ * the requests behind it, and the future resolves with an RCP_ERR_SINK
+ * error reply saying what failed and at which offset. A request that
+ * times out while its value streams stops reaching the sink the same way
+ * (on the connection's I/O thread; a value a sync caller is reading on
+ * its own thread completes first). A connection lost mid-value resolves
+ * with RCP_ERR_IO: the sink has then received a prefix of the value.
+ *
+ * The sink is called on the thread that reads the socket: an I/O thread,
+ * or a sync caller's own thread (the lone-caller path). Like a resolve
+ * callback it must be short and must not block for long: the connection's
+ * other replies wait behind it. */
+typedef enum rcp_sink_kind {
+    RCP_SINK_CALLBACK = 1, /* fn(ud, data, len, offset, total) per chunk, in order: data
+                            * valid during the call only, len > 0 (an empty value makes no
+                            * call), offset the chunk's place in the value, total the
+                            * value's length; nonzero fails the sink */
+    RCP_SINK_FD = 2,       /* the bytes are written to fd as they arrive (a blocking fd: a
+                            * write that would block fails the sink). A socket is written
+                            * with send(MSG_NOSIGNAL); anything else with write(), so a
+                            * pipe whose reader has gone raises SIGPIPE as write(2) does:
+                            * ignore SIGPIPE in the process and the sink fails with EPIPE
+                            * instead. The fd is not closed */
+    RCP_SINK_BUFFER = 3    /* read straight into buf (no copy after the kernel's); a value
+                            * longer than cap fails the sink with nothing written to buf.
+                            * On RCP_ERR_SINK or RCP_ERR_IO buf's contents are undefined */
+} rcp_sink_kind;
+
+typedef int (*rcp_sink_fn)(void *ud, const char *data, size_t len, uint64_t offset,
+                           uint64_t total);
+
+/* What the caller fills in for a streamed read. The library copies
+ * nothing: the sink (and buf) must stay valid until the future is
+ * resolved (async) or the call returns (sync). One sink serves one
+ * request at a time. */
+typedef struct rcp_sink {
+    int kind;         /* rcp_sink_kind */
+    rcp_sink_fn fn;   /* RCP_SINK_CALLBACK */
+    void *ud;         /* RCP_SINK_CALLBACK: fn's first argument */
+    int fd;           /* RCP_SINK_FD */
+    char *buf;        /* RCP_SINK_BUFFER */
+    size_t cap;       /* RCP_SINK_BUFFER: bytes of buf */
+} rcp_sink;
+
+/* rcp_conn_send_argv with a sink for its reply (see above). Errors as
+ * rcp_conn_send_argv, and RCP_ERR_INVALID for a NULL or malformed sink
+ * (unknown kind, no fn, fd < 0, NULL buf with cap > 0). */
+RCP_API int rcp_conn_send_argv_sink(rcp_conn *c, rcp_future *f, int argc, const char **argv,
+                                    const size_t *argvlen, const rcp_sink *sink);
+/* rcp_conn_command_argv with a sink for its reply: the value's length as
+ * an RCP_REPLY_INTEGER reply, or the reply as usual (see above). */
+RCP_API rcp_reply *rcp_conn_command_argv_sink(rcp_conn *c, int argc, const char **argv,
+                                              const size_t *argvlen, const rcp_sink *sink);
+
 /* Counters since open, read without stopping traffic (each field is exact,
  * the set is not a snapshot). */
 typedef struct rcp_conn_stats {
