@@ -56,7 +56,7 @@ static uint64_t read_at(sim_node *n, const char *line)
     return 0;
 }
 
-/* The node holds a's reply for 300 ms. b and c, sent from this thread
+/* The node holds a's reply for 500 ms. b and c, sent from this thread
  * meanwhile, reach it only after that: they waited for the first reply
  * byte instead of waking the loop; all three get their own replies. */
 START_TEST(held_until_first_reply_byte)
@@ -67,11 +67,16 @@ START_TEST(held_until_first_reply_byte)
     rcp_conn_stats st;
     uint64_t ta, tb, tc;
     ck_assert_ptr_nonnull(n);
-    sim_loadf(n, "expect GET a\nstall 300\nsend \"$1\\r\\na\\r\\n\"\n"
+    sim_loadf(n, "expect GET a\nstall 500\nsend \"$1\\r\\na\\r\\n\"\n"
                  "expect GET b\nsend \"$1\\r\\nb\\r\\n\"\nexpect GET c\nsend \"$1\\r\\nc\\r\\n\"\n");
     c = open_conn(n, 1, 0, 0);
     send_get(c, &a, "a");
     ck_assert_uint_eq(sim_wait_count(n, "GET a", 1, rcptest_scale(5000)), 1);
+    /* The node has a; the writer records the write just after the kernel
+     * took it, a moment nothing public shows. b sent inside that moment
+     * would find no write in flight and go at once, so wait it out: 50 ms
+     * is long for it and short against the node's 500 ms stall. */
+    rcptest_sleep_ms(50);
     send_get(c, &b, "b");
     send_get(c, &cc, "c");
     want(&a, RCP_REPLY_STRING, RCP_OK, "a");
@@ -82,8 +87,8 @@ START_TEST(held_until_first_reply_byte)
     tb = read_at(n, "GET b");
     tc = read_at(n, "GET c");
     /* a lower bound only: written after a's reply went out */
-    ck_assert_msg(tb >= ta + 300000000ull && tc >= ta + 300000000ull,
-                  "b and c reached the node %.1f and %.1f ms after a, before its reply (300 ms)",
+    ck_assert_msg(tb >= ta + 500000000ull && tc >= ta + 500000000ull,
+                  "b and c reached the node %.1f and %.1f ms after a, before its reply (500 ms)",
                   (double)(tb - ta) / 1e6, (double)(tc - ta) / 1e6);
     ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
     ck_assert_uint_eq(st.corked, 2);
@@ -110,6 +115,9 @@ START_TEST(written_at_once)
     c = open_conn(n, _i, _i ? 2 : 0, 0);
     send_get(c, &a, "a");
     ck_assert_uint_eq(sim_wait_count(n, "GET a", 1, rcptest_scale(5000)), 1);
+    /* As in held_until_first_reply_byte: let the writer record a's write
+     * (the node answers nothing before c, so there is no hurry). */
+    rcptest_sleep_ms(50);
     send_get(c, &b, "b");
     send_get(c, &cc, "c");
     want(&a, RCP_REPLY_STRING, RCP_OK, "a");
@@ -139,6 +147,7 @@ START_TEST(never_answered)
     c = open_conn(n, 1, 0, rcptest_scale(400));
     send_get(c, &a, "a");
     ck_assert_uint_eq(sim_wait_count(n, "GET a", 1, rcptest_scale(5000)), 1);
+    rcptest_sleep_ms(50); /* the writer records a's write (held_until_first_reply_byte) */
     send_get(c, &b, "b");
     want(&a, RCP_REPLY_ERROR, RCP_ERR_IO, NULL);
     want(&b, RCP_REPLY_ERROR, RCP_ERR_NOT_SENT, NULL);
