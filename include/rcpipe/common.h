@@ -42,6 +42,8 @@ typedef enum rcp_err {
     RCP_ERR_CROSS_SLOT = 16,       /* a command's keys hash to different slots */
     RCP_ERR_REDIRECT_LIMIT = 17,   /* more MOVED/ASK redirects than max_redirects */
     RCP_ERR_TYPE = 18,             /* a reply is not of the type asked for (rcp_reply_int of a nil...) */
+    RCP_ERR_CANCELLED = 19,        /* cancelled (rcp_conn_cancel, rcp_cluster_cancel): see the
+                                    * call's result for whether it was ever written */
     RCP_ERR__COUNT                 /* not an error: the number of codes */
 } rcp_err;
 
