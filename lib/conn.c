@@ -53,12 +53,14 @@ void rcp_conn_options_init(rcp_conn_options *o)
 
 /* Mutex held. Append one slot; bytes must already be in the pending buffer. */
 /* Returns 1 if the deadline lowered the connection's timer. */
-static int push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size_t len)
+static int push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size_t len,
+                     unsigned flags)
 {
     rcp__slot *s = &c->ring[c->tail & c->mask];
     s->f = f;
     s->deadline = deadline;
     s->len = len;
+    s->flags = flags;
     c->tail++;
     if (deadline && deadline < c->min_deadline) {
         c->min_deadline = deadline;
@@ -551,7 +553,7 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
     if (asking) {
         memcpy(c->pend + c->pend_len, asking_cmd, ASKING_LEN);
         c->pend_len += ASKING_LEN;
-        push_slot(c, &asking_future, 0, ASKING_LEN);
+        push_slot(c, &asking_future, 0, ASKING_LEN, 0);
     }
     for (i = 0; i < n; i++) {
         if (d[i].raw)
@@ -559,7 +561,8 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
         else
             rcp__format_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen);
         c->pend_len += d[i].len;
-        lowered |= push_slot(c, d[i].f, desc_deadline(c, &d[i], &now), d[i].len);
+        lowered |= push_slot(c, d[i].f, desc_deadline(c, &d[i], &now), d[i].len,
+                             asking && i == 0 ? RCP__SLOT_GLUED : 0);
     }
     conn_stat_add(&c->st.requests, n);
     if (caller_may_write(c, first)) {
@@ -665,6 +668,7 @@ public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_
     int rv;
     if (!c || !f || !f->resolve)
         return RCP_ERR_INVALID;
+    f->rcp__reserved[1] = c; /* whose it is, for rcp_conn_cancel */
     call_enter(c);
     if (ap)
         rv = format_fmt(c, fmt, *ap, &buf, &len, &why);

@@ -247,6 +247,7 @@ static int queue_handshake(struct rcp_conn *c)
             sl->f = &c->hs[i].f;
             sl->deadline = 0;
             sl->len = lens[i];
+            sl->flags = 0;
         }
         c->tail += (uint64_t)n;
     }
