@@ -96,6 +96,22 @@ static long long get_int(const char *key)
     return v;
 }
 
+/* Wait until the client has written at least n bytes more than `since`
+ * says (the server being stopped, they sit in its socket). */
+static void wait_written(const rcp_conn_stats *since, uint64_t n)
+{
+    int64_t limit = rcptest_now_ms() + rcptest_scale(5000);
+    rcp_conn_stats st;
+    for (;;) {
+        ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
+        if (st.bytes_out - since->bytes_out >= n)
+            return;
+        ck_assert_msg(rcptest_now_ms() < limit, "%llu bytes not written after 5 s",
+                      (unsigned long long)n);
+        sched_yield();
+    }
+}
+
 static char *filler;
 
 /* Stop the server and send the 32 MiB SET that blocks the writer: every
@@ -104,6 +120,7 @@ static void stall(struct creq *big)
 {
     static const size_t lens[3] = {3, 6, FILLER_BYTES};
     const char *argv[3] = {"SET", "filler", NULL};
+    rcp_conn_stats st0;
     if (!filler) {
         filler = malloc(FILLER_BYTES);
         ck_assert_ptr_nonnull(filler);
@@ -111,7 +128,11 @@ static void stall(struct creq *big)
     }
     argv[2] = filler;
     ck_assert_int_eq(rcpt_server_pause(&srv), 0);
+    ck_assert_int_eq(rcp_conn_get_stats(conn, &st0), RCP_OK);
     send_argv_ok(big, 3, argv, lens);
+    /* Its first bytes are out: the writer has taken it, alone (it is over
+     * max_batch_bytes), and cannot finish it. */
+    wait_written(&st0, 1);
 }
 
 static void resume_and_wait(rcp_waitgroup *wg)
@@ -189,7 +210,7 @@ START_TEST(test_written_whole)
 {
     struct creq a;
     rcp_waitgroup *wg = rcp_waitgroup_new();
-    rcp_conn_stats st0, st;
+    rcp_conn_stats st0;
     const char *argv[2] = {"INCR", "c2"};
     int res;
 
@@ -201,14 +222,7 @@ START_TEST(test_written_whole)
     send_argv_ok(&a, 2, argv, NULL);
     /* Its bytes are in the server's socket once bytes_out says so (the
      * server cannot answer meanwhile: stopped). */
-    {
-        int64_t limit = rcptest_now_ms() + rcptest_scale(5000);
-        do {
-            ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
-            ck_assert_msg(rcptest_now_ms() < limit, "INCR not written after 5 s");
-            sched_yield();
-        } while (st.bytes_out - st0.bytes_out < 22 /* "*2\r\n$4\r\nINCR\r\n$2\r\nc2\r\n" */);
-    }
+    wait_written(&st0, 22 /* "*2\r\n$4\r\nINCR\r\n$2\r\nc2\r\n" */);
     res = rcp_conn_cancel(conn, &a.f);
     ck_assert_int_eq(res, RCP_CANCEL_WRITTEN);
     ck_assert_int_eq(atomic_load(&a.err), RCP_ERR_CANCELLED);
