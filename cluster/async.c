@@ -13,6 +13,7 @@
  * RCP_ERR_TOO_LARGE); once a request is accepted, every later failure
  * (retries exhausted, timeout, handle closed, a refusal on a resend)
  * comes through the future. */
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -61,10 +62,64 @@ void rcp__cfut_put(struct rcp_cluster *cl, rcp__cfut *cf)
                                                   memory_order_relaxed));
 }
 
+/* ---- cancel's link from the user's future to its cfut ----
+ *
+ * rcp_cluster_cancel is given the user's future; the request is its cfut,
+ * which moves between a node connection's ring, the refresher's queue of
+ * delayed retries and the threads in between, and goes back to the free
+ * list (or is freed) once resolved. The user's future links to it:
+ * rcp__reserved[0] is the cfut, rcp__pad says whether that link is live.
+ * A canceller makes it HELD while it looks for the request: the cfut
+ * cannot be given back meanwhile (cfut_unlink waits, a few hundred ns at
+ * most, unless the canceller is the thread resolving it). The values are
+ * words unlikely to be found in a future's memory by chance: a future
+ * never sent on a handle answers TOO_LATE. */
+enum { CF_LINK_NONE = 0, CF_LINK_LIVE = 0x4c495645, CF_LINK_HELD = 0x48454c44 };
+
+/* The cfut this thread holds for a cancel, and whether it resolved it
+ * itself meanwhile (through the connection's cancel, on this thread). */
+struct cancel_hold {
+    rcp__cfut *cf;
+    int finished;
+};
+static _Thread_local struct cancel_hold cancelling;
+
+static void cfut_link(rcp__cfut *cf)
+{
+    rcp_future *u = cf->user;
+    if (u == &cf->cl->forget)
+        return; /* shared by every thread: not cancellable */
+    u->rcp__reserved[0] = cf;
+    __atomic_store_n(&u->rcp__pad, CF_LINK_LIVE, __ATOMIC_RELEASE);
+}
+
+/* Before cf is given back: no canceller may look at it after this. */
+static void cfut_unlink(rcp__cfut *cf)
+{
+    rcp_future *u = cf->user;
+    if (u == &cf->cl->forget)
+        return;
+    for (;;) {
+        int v = CF_LINK_LIVE;
+        if (__atomic_compare_exchange_n(&u->rcp__pad, &v, CF_LINK_NONE, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE) ||
+            v != CF_LINK_HELD)
+            return;
+        if (cancelling.cf == cf) {
+            /* The canceller is this thread: it resolves the request now. */
+            __atomic_store_n(&u->rcp__pad, CF_LINK_NONE, __ATOMIC_RELEASE);
+            cancelling.finished = 1;
+            return;
+        }
+        sched_yield();
+    }
+}
+
 static void cfut_finish(rcp__cfut *cf, rcp_reply *r)
 {
     rcp_future *u = cf->user;
     struct rcp_cluster *cl = cf->cl;
+    cfut_unlink(cf);
     rcp__cfut_put(cl, cf);
     u->resolve(u, r);
     /* Only now may rcp_cluster_close go on: the callback has returned. */
@@ -100,11 +155,20 @@ static void cfut_fire(rcp__later *l, int closing)
     }
 }
 
+static const char cancelled_msg[] = "cancelled while waiting to be retried (not sent again)";
+
 static void cfut_later(rcp__cfut *cf, uint64_t delay)
 {
     cf->later.fire = cfut_fire;
-    if (rcp__later_add(cf->cl, &cf->later, delay, cf->rq.deadline) < 0)
+    if (rcp__later_add(cf->cl, &cf->later, delay, cf->rq.deadline) < 0) {
         cfut_fail(cf, RCP_ERR_CLOSED, "cluster handle closed before a retry");
+        return;
+    }
+    /* A cancel that came while we held it did not find it queued: it is
+     * ours to take back (unless the refresher took it first: then
+     * cfut_submit sees the flag). */
+    if (atomic_load(&cf->cancelled) && rcp__later_remove(cf->cl, &cf->later))
+        cfut_fail(cf, RCP_ERR_CANCELLED, cancelled_msg);
 }
 
 /* Send (or resend) a wrapped future; never blocks on an I/O thread. On
@@ -119,6 +183,10 @@ static int cfut_submit(rcp__cfut *cf, int first)
     int code = RCP_OK, rv;
 
     for (;;) {
+        if (atomic_load(&cf->cancelled)) {
+            cfut_fail(cf, RCP_ERR_CANCELLED, cancelled_msg); /* never sent again */
+            return RCP_OK;
+        }
         conn = rcp__route(cl, &cf->rq, &node, &code);
         if (!conn) {
             rcp_reply r;
@@ -147,7 +215,8 @@ static int cfut_submit(rcp__cfut *cf, int first)
             cfut_fail(cf, RCP_ERR_NOT_SENT, msg);
             return RCP_OK;
         }
-        cf->inner.data = node;
+        /* Read by a canceller on another thread: the node to look in. */
+        __atomic_store_n(&cf->inner.data, node, __ATOMIC_RELAXED);
         /* The deadline as it is kept, in ns: no conversion per attempt. */
         rv = rcp__conn_send_raw_sink(conn, &cf->inner, cf->rq.buf, cf->rq.len, cf->rq.asking,
                                      cf->rq.deadline, cf->rq.sink);
@@ -171,6 +240,7 @@ static int cfut_submit(rcp__cfut *cf, int first)
             if (act != RCP__ACT_RESEND) {
                 if (first && (rv == RCP_ERR_QUEUE_FULL || rv == RCP_ERR_TOO_LARGE)) {
                     /* The caller's own limit: its answer, now. */
+                    cfut_unlink(cf);
                     rcp__cfut_put(cl, cf);
                     atomic_fetch_sub(&cl->active_calls, 1);
                     return rv;
@@ -202,6 +272,8 @@ void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r)
         cfut_finish(cf, r);
     } else if (act == RCP__ACT_FAIL) {
         cfut_fail(cf, code, msg);
+    } else if (atomic_load(&cf->cancelled)) {
+        cfut_fail(cf, RCP_ERR_CANCELLED, cancelled_msg); /* no retry after a cancel */
     } else if (atomic_load(&cl->closing)) {
         cfut_finish(cf, r);
     } else if (act == RCP__ACT_LATER) {
@@ -221,6 +293,7 @@ int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf)
     cf->user = f;
     cf->cl = cl;
     cf->rq.deadline = rcp__req_deadline(cl, f->timeout_ms);
+    cfut_link(cf);
     atomic_fetch_add(&cl->active_calls, 1);
     /* From here the future is resolved exactly once, unless the first
      * attempt is refused for the caller's own reasons (returned). */
@@ -370,6 +443,60 @@ int rcp_cluster_send(rcp_cluster *cl, rcp_future *f, const char *fmt, ...)
     rv = rcp_cluster_sendv(cl, f, fmt, ap);
     va_end(ap);
     return rv;
+}
+
+/* ---- cancel ---- */
+
+/* Look for cf's request on the connections of the node it was last sent
+ * to (as master or as replica); the connection resolves it on this
+ * thread when it finds it. */
+static int cancel_on_node(rcp__cfut *cf)
+{
+    rcp__node *node = __atomic_load_n(&cf->inner.data, __ATOMIC_RELAXED);
+    int role, rv = RCP_CANCEL_TOO_LATE;
+    for (role = RCP__AS_MASTER; node && role <= RCP__AS_REPLICA && rv == RCP_CANCEL_TOO_LATE;
+         role++) {
+        struct rcp_conn *conn = rcp__cluster_pin(node, role);
+        if (conn) {
+            rv = rcp__conn_cancel(conn, &cf->inner);
+            rcp__cluster_unpin(conn);
+        }
+    }
+    return rv;
+}
+
+rcp_cancel_result rcp_cluster_cancel(rcp_cluster *cl, rcp_future *f)
+{
+    rcp__cfut *cf;
+    int v = CF_LINK_LIVE, rv;
+    struct cancel_hold saved = cancelling;
+
+    if (!cl || !f)
+        return RCP_CANCEL_INVALID;
+    if (!__atomic_compare_exchange_n(&f->rcp__pad, &v, CF_LINK_HELD, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return RCP_CANCEL_TOO_LATE; /* resolved, or another cancel is at it */
+    cf = f->rcp__reserved[0];
+    if (cf->cl != cl) {
+        __atomic_store_n(&f->rcp__pad, CF_LINK_LIVE, __ATOMIC_RELEASE);
+        return RCP_CANCEL_INVALID;
+    }
+    cancelling.cf = cf;
+    cancelling.finished = 0;
+    /* Set before looking: whoever holds the request between two places
+     * (a reply being judged, a retry being sent) sees it and never sends
+     * it again; one sent meanwhile is found on its connection. */
+    atomic_store(&cf->cancelled, 1);
+    if (rcp__later_remove(cl, &cf->later)) {
+        cfut_fail(cf, RCP_ERR_CANCELLED, cancelled_msg);
+        rv = RCP_CANCEL_UNSENT;
+    } else {
+        rv = cancel_on_node(cf);
+    }
+    if (!cancelling.finished)
+        __atomic_store_n(&f->rcp__pad, CF_LINK_LIVE, __ATOMIC_RELEASE);
+    cancelling = saved;
+    return (rcp_cancel_result)rv;
 }
 
 /* ---- fire and forget ---- */

@@ -158,6 +158,7 @@ typedef struct rcp__cfut {
     rcp__req rq;
     rcp__later later;
     struct rcp__cfut *next_free;
+    atomic_int cancelled; /* rcp_cluster_cancel asked: never send it again */
     /* Small commands are formatted here, so an async request costs no
      * allocation once the handle's free list has warmed up. */
     char inl[RCP__CFUT_INLINE];
@@ -373,6 +374,9 @@ void *rcp__refresher_main(void *arg);
  * Returns 0, or -1 once the handle has closed its queue (l not queued:
  * the caller resolves its request with RCP_ERR_CLOSED). */
 int rcp__later_add(struct rcp_cluster *cl, rcp__later *l, uint64_t delay_ns, uint64_t deadline);
+/* Take l off the queue of delayed retries if it is there (not yet due and
+ * taken by the refresher): 1, and l is the caller's; else 0. */
+int rcp__later_remove(struct rcp_cluster *cl, rcp__later *l);
 /* Close, first step: ask the thread to stop (it finishes what it is
  * doing). */
 void rcp__refresher_wake(struct rcp_cluster *cl);

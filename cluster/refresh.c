@@ -265,6 +265,22 @@ int rcp__later_add(struct rcp_cluster *cl, rcp__later *l, uint64_t delay_ns, uin
     return 0;
 }
 
+int rcp__later_remove(struct rcp_cluster *cl, rcp__later *l)
+{
+    rcp__later **pp;
+    int found = 0;
+    pthread_mutex_lock(&cl->wmu);
+    for (pp = &cl->retries; *pp; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            l->next = NULL;
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&cl->wmu);
+    return found;
+}
+
 void *rcp__refresher_main(void *arg)
 {
     struct rcp_cluster *cl = arg;

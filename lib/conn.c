@@ -54,7 +54,7 @@ void rcp_conn_options_init(rcp_conn_options *o)
 /* Mutex held. Append one slot; bytes must already be in the pending buffer. */
 /* Returns 1 if the deadline lowered the connection's timer. */
 static int push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size_t len,
-                     const rcp_sink *sink)
+                     const rcp_sink *sink, unsigned flags)
 {
     rcp__slot *s = &c->ring[c->tail & c->mask];
     s->f = f;
@@ -62,6 +62,7 @@ static int push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size_
     s->len = len;
     s->sink = sink;
     conn_sink_count(c, sink);
+    s->flags = flags;
     c->tail++;
     if (deadline && deadline < c->min_deadline) {
         c->min_deadline = deadline;
@@ -555,7 +556,7 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
     if (asking) {
         memcpy(c->pend + c->pend_len, asking_cmd, ASKING_LEN);
         c->pend_len += ASKING_LEN;
-        push_slot(c, &asking_future, 0, ASKING_LEN, NULL);
+        push_slot(c, &asking_future, 0, ASKING_LEN, NULL, 0);
     }
     for (i = 0; i < n; i++) {
         if (d[i].raw)
@@ -563,7 +564,8 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
         else
             rcp__format_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen);
         c->pend_len += d[i].len;
-        lowered |= push_slot(c, d[i].f, desc_deadline(c, &d[i], &now), d[i].len, d[i].sink);
+        lowered |= push_slot(c, d[i].f, desc_deadline(c, &d[i], &now), d[i].len, d[i].sink,
+                             asking && i == 0 ? RCP__SLOT_GLUED : 0);
     }
     conn_stat_add(&c->st.requests, n);
     if (caller_may_write(c, first)) {
@@ -671,6 +673,7 @@ public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_
     int rv;
     if (!c || !f || !f->resolve)
         return RCP_ERR_INVALID;
+    f->rcp__reserved[1] = c; /* whose it is, for rcp_conn_cancel */
     call_enter(c);
     if (ap)
         rv = format_fmt(c, fmt, *ap, &buf, &len, &why);

@@ -250,6 +250,7 @@ static int queue_handshake(struct rcp_conn *c)
             sl->deadline = 0;
             sl->len = lens[i];
             sl->sink = NULL;
+            sl->flags = 0;
         }
         c->tail += (uint64_t)n;
     }

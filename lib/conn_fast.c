@@ -478,6 +478,7 @@ static rcp_reply *fast_io(struct rcp_conn *c, sync_future *s, uint64_t idx, cons
             memcpy(c->pend + c->pend_off, buf + off, rest);
             c->pend_len += rest;
             c->ring[idx & c->mask].len = rest;
+            c->ring[idx & c->mask].flags |= RCP__SLOT_PARTIAL; /* not to be cut out */
             c->wr = c->taken = idx;
         }
         fast_handback(c);
@@ -550,6 +551,7 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
         sl->len = len;
         sl->sink = sink;
         conn_sink_count(c, sink);
+        sl->flags = 0;
     }
     c->tail = c->taken = c->wr = idx + 1;
     c->fast_active = 1;

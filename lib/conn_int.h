@@ -29,8 +29,10 @@
  *   [wr, tail)    on failure => RCP_ERR_NOT_SENT (a partly written command is
  *                 never executed by the server)
  *
- * A slot whose future is NULL has been resolved early (timeout); its reply
- * is read and discarded when it comes. */
+ * A slot whose future is NULL has been resolved early (timeout, or a
+ * cancel after it was taken); its reply is read and discarded when it
+ * comes. A cancel of a pending request removes its slot and its bytes
+ * instead (conn_cancel.c). */
 #ifndef RCP_CONN_INT_H
 #define RCP_CONN_INT_H
 
@@ -61,12 +63,22 @@ enum {
     RCP__ST_CLOSED
 };
 
+/* rcp__slot.flags: what a cancel (conn_cancel.c) must know to cut a
+ * pending request out without desynchronising the connection. */
+enum {
+    RCP__SLOT_PARTIAL = 1, /* its first bytes were written (the fast path handed the rest
+                            * over as pending): the server has them */
+    RCP__SLOT_GLUED = 2    /* goes with the slot before it (the command after its ASKING):
+                            * cut out both, or neither */
+};
+
 typedef struct rcp__slot {
     rcp_future *f;
     uint64_t deadline; /* ns, 0: none */
     size_t len;        /* bytes of this request still to write */
     const rcp_sink *sink; /* a bulk reply streams there (conn_sink.c); NULL: none. Cleared
                            * when the reply is taken (counted by rcp_conn.sinks) */
+    unsigned flags;    /* RCP__SLOT_* */
 } rcp__slot;
 
 /* The streaming read in progress (conn_sink.c), owned like the reader: by

@@ -145,6 +145,17 @@ int rcp__conn_send_raw_until(struct rcp_conn *c, rcp_future *f, const char *raw,
 int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
                          const char *const *raw, const size_t *len, int asking);
 
+/* Take f's request back (rcp_conn_cancel's contract, without its check
+ * that f was sent on c: f is any future queued here by a send above).
+ * Returns an rcp_cancel_result; for UNSENT and WRITTEN, f has been
+ * resolved (RCP_ERR_CANCELLED) on the calling thread before it returns.
+ * Any thread, a loop thread included; never blocks. A pending command
+ * sent with `asking` is cut out together with its ASKING, or counts as
+ * written once its ASKING is. MUST NOT be used on a future of
+ * rcp__conn_send_group: cutting one command out of a group (a MULTI ...
+ * EXEC) would change what the others do. */
+int rcp__conn_cancel(struct rcp_conn *c, rcp_future *f);
+
 /* ---- sending (sync) ---------------------------------------------------- */
 
 /* Send and wait for the reply (the lone-caller fast path when not

@@ -22,6 +22,8 @@ static const char *const names[RCP_ERR__COUNT] = {
     [RCP_ERR_CROSS_SLOT] = "keys in request don't hash to the same slot",
     [RCP_ERR_REDIRECT_LIMIT] = "too many redirects",
     [RCP_ERR_TYPE] = "reply is not of the type asked for",
+    [RCP_ERR_CANCELLED] = "cancelled by the caller (the cancel call said whether it was "
+                          "written)",
     [RCP_ERR_SINK] = "sink failed or value larger than the buffer; rest of the value discarded, "
                      "connection kept",
 };
@@ -39,7 +41,7 @@ static const char *const ids[RCP_ERR__COUNT] = {
     N(RCP_ERR_TIMEOUT), N(RCP_ERR_QUEUE_FULL), N(RCP_ERR_PROTOCOL), N(RCP_ERR_CLOSED),
     N(RCP_ERR_CONNECT), N(RCP_ERR_AUTH), N(RCP_ERR_BLOCKING_COMMAND), N(RCP_ERR_UNSUPPORTED),
     N(RCP_ERR_TOO_LARGE), N(RCP_ERR_SERVER), N(RCP_ERR_CLUSTER_DOWN), N(RCP_ERR_CROSS_SLOT),
-    N(RCP_ERR_REDIRECT_LIMIT), N(RCP_ERR_TYPE), N(RCP_ERR_SINK),
+    N(RCP_ERR_REDIRECT_LIMIT), N(RCP_ERR_TYPE), N(RCP_ERR_CANCELLED), N(RCP_ERR_SINK),
 };
 
 static const char *const events[RCP_EVENT_PUBSUB_RESUBSCRIBED + 1] = {

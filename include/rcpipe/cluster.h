@@ -91,6 +91,24 @@ RCP_API int rcp_cluster_send_forget(rcp_cluster *c, const char *fmt, ...);
 RCP_API int rcp_cluster_send_forget_argv(rcp_cluster *c, int argc, const char **argv,
                                          const size_t *argvlen);
 
+/* Cancel a request sent with rcp_cluster_send* (rcp_conn_cancel's
+ * results and thread rules). The request is looked for where it waits:
+ * queued on its node's connection (UNSENT or WRITTEN, as rcp_conn_cancel),
+ * or waiting for a retry after a redirect, TRYAGAIN or a backoff (UNSENT:
+ * not sent again; an earlier attempt was refused by the server, never
+ * sent, or, for a read-only command only, lost after it was written).
+ * Found, it is resolved with RCP_ERR_CANCELLED on the calling thread
+ * before this returns. TOO_LATE: resolved already, or between two places
+ * at this very moment (its answer being judged, a retry being sent): then
+ * that attempt completes but the request is never sent again (its
+ * callback gets that attempt's answer, or RCP_ERR_CANCELLED where a retry
+ * would have followed). Only requests of one node: a fire-and-forget
+ * request, a multi-key command split over slots, a blocking command or a
+ * batch's request answers TOO_LATE. INVALID: NULL, or a request of another
+ * handle. f must stay valid until the call returns, and a future never
+ * sent should be zeroed (its internal fields are read). */
+RCP_API rcp_cancel_result rcp_cluster_cancel(rcp_cluster *c, rcp_future *f);
+
 /* Sync calls: always a reply the caller frees, never NULL. */
 RCP_API rcp_reply *rcp_cluster_command_argv(rcp_cluster *c, int argc, const char **argv,
                                             const size_t *argvlen);

@@ -43,7 +43,9 @@ typedef enum rcp_err {
     RCP_ERR_CROSS_SLOT = 16,       /* a command's keys hash to different slots */
     RCP_ERR_REDIRECT_LIMIT = 17,   /* more MOVED/ASK redirects than max_redirects */
     RCP_ERR_TYPE = 18,             /* a reply is not of the type asked for (rcp_reply_int of a nil...) */
-    RCP_ERR_SINK = 19,             /* a streamed value's sink failed, or the value was larger than
+    RCP_ERR_CANCELLED = 19,        /* cancelled by the caller (rcp_conn_cancel, rcp_cluster_cancel):
+                                    * the call's result says whether it was ever written */
+    RCP_ERR_SINK = 20,             /* a streamed value's sink failed, or the value was larger than
                                     * its buffer: the rest of the value was read and discarded, the
                                     * connection kept (rcp_sink) */
     RCP_ERR__COUNT                 /* not an error: the number of codes */

@@ -40,8 +40,8 @@ struct rcp_future {
                        * A request that timed out keeps its place in flight
                        * (counted by max_inflight) until its late reply is
                        * read and dropped, or the connection is dropped. */
-    int rcp__pad;     /* internal: do not touch */
-    void *rcp__reserved[2];
+    int rcp__pad;     /* internal: do not touch (a cluster cancel's state) */
+    void *rcp__reserved[2]; /* internal: [0] a cluster request, [1] the handle sent on */
 };
 
 typedef enum rcp_queue_policy {
@@ -144,6 +144,32 @@ RCP_API int rcp_conn_send_argv(rcp_conn *c, rcp_future *f, int argc, const char 
  * argument each. Same contract as rcp_conn_send_argv. */
 RCP_API int rcp_conn_send(rcp_conn *c, rcp_future *f, const char *fmt, ...);
 RCP_API int rcp_conn_sendv(rcp_conn *c, rcp_future *f, const char *fmt, va_list ap);
+
+/* What a cancel did (rcp_conn_cancel, rcp_cluster_cancel). */
+typedef enum rcp_cancel_result {
+    RCP_CANCEL_TOO_LATE = 0, /* nothing: the future was resolved already, or is being
+                              * resolved on an I/O thread now (its reply is being read, a
+                              * streamed value is reaching its sink); its callback runs
+                              * (or ran) with whatever answer it got */
+    RCP_CANCEL_UNSENT = 1,   /* taken out of the queue, not one byte written: the command
+                              * never runs. Resolved with RCP_ERR_CANCELLED */
+    RCP_CANCEL_WRITTEN = 2,  /* already handed to the socket (some or all of it written):
+                              * it cannot be unsent and MAY RUN. Resolved with
+                              * RCP_ERR_CANCELLED all the same; its late reply is read and
+                              * dropped, as a timed-out request's */
+    RCP_CANCEL_INVALID = -1  /* NULL argument, or a future not sent on this handle */
+} rcp_cancel_result;
+
+/* Cancel a request sent with rcp_conn_send* on c. For UNSENT and WRITTEN
+ * the future's callback has run, on the calling thread, before this
+ * returns (exactly once: any later reply is dropped); for TOO_LATE it
+ * runs, or ran, on the I/O thread, with the real answer (possibly at the
+ * same moment). Any thread; also from a resolve callback on the I/O thread
+ * (it takes the connection's mutex only briefly and never waits for the
+ * loop). f must stay valid until the call returns. Not for sync calls
+ * (they block: nothing to cancel). Only the future's latest send on c is
+ * known: a future resolved and sent again elsewhere is INVALID here. */
+RCP_API rcp_cancel_result rcp_conn_cancel(rcp_conn *c, rcp_future *f);
 
 /* Sync calls: send and wait. Always return a reply the caller frees with
  * rcp_reply_free, never NULL; client errors come back as error replies

@@ -1094,7 +1094,7 @@ static const char *const code_names[RCP_ERR__COUNT] = {
     "ok",           "invalid",   "oom",          "io",          "not_sent",       "timeout",
     "queue_full",   "protocol",  "closed",       "connect",     "auth",           "blocking",
     "unsupported",  "too_large", "server",       "cluster_down", "cross_slot",    "redirect_limit",
-    [RCP_ERR_TYPE] = "type",      [RCP_ERR_SINK] = "sink",
+    [RCP_ERR_TYPE] = "type",      [RCP_ERR_CANCELLED] = "cancelled", [RCP_ERR_SINK] = "sink",
 };
 
 static void print_causes(char *buf, size_t len)

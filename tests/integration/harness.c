@@ -685,6 +685,15 @@ rcp_conn *rcpt_conn_open_ok(const rcp_conn_options *o)
     return conn;
 }
 
+void rcpt_expect_echo(rcp_conn *conn, const char *tok)
+{
+    char d[256];
+    rcp_reply *r = rcp_conn_command(conn, "ECHO %s", tok);
+
+    ck_assert_msg(rcpt_is_cstring(r, tok), "ECHO %s: %s", tok, rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+}
+
 void rcpt_teardown(rcpt_server *s, rcp_conn **conn)
 {
     if (s->paused)

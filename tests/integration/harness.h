@@ -103,6 +103,9 @@ int rcpt_is_client_error(const rcp_reply *r, int err);
 void rcpt_server_start_ok(rcpt_server *s, const char *const *extra_args);
 /* rcp_conn_open; the handle is the caller's. */
 rcp_conn *rcpt_conn_open_ok(const rcp_conn_options *o);
+/* ECHO tok as a sync call on conn; fails the test unless tok comes back
+ * (a connection whose replies went out of step answers something else). */
+void rcpt_expect_echo(rcp_conn *conn, const char *tok);
 /* The usual fixture teardown: resumes the server if a test left it paused,
  * closes *conn (NULL is fine) and sets it to NULL, stops the server. */
 void rcpt_teardown(rcpt_server *s, rcp_conn **conn);

@@ -42,15 +42,6 @@ static void treq_resolve(rcp_future *f, rcp_reply *reply)
     atomic_fetch_add(&q->calls, 1);
 }
 
-static void expect_echo(const char *tok)
-{
-    char d[256];
-    rcp_reply *r = rcp_conn_command(conn, "ECHO %s", tok);
-
-    ck_assert_msg(rcpt_is_cstring(r, tok), "ECHO %s: %s", tok, rcptest_describe(r, d, sizeof d));
-    rcp_reply_free(r);
-}
-
 /* Future timeout_ms overrides the connection's request_timeout_ms. */
 START_TEST(test_future_timeout_async)
 {
@@ -64,7 +55,7 @@ START_TEST(test_future_timeout_async)
 
     memset(&q, 0, sizeof q);
     open_conn(10000, 1);
-    expect_echo("warm");
+    rcpt_expect_echo(conn, "warm");
     ck_assert_int_eq(rcp_conn_get_stats(conn, &before), RCP_OK);
 
     q.f.resolve = treq_resolve;
@@ -87,7 +78,7 @@ START_TEST(test_future_timeout_async)
     for (i = 0; i < 20; i++) {
         char tok[32];
         snprintf(tok, sizeof tok, "next-%d", i);
-        expect_echo(tok);
+        rcpt_expect_echo(conn, tok);
     }
     ck_assert_int_eq(atomic_load(&q.calls), 1);
     ck_assert_int_eq(rcp_conn_get_stats(conn, &after), RCP_OK);
@@ -109,7 +100,7 @@ static void sync_timeout(int fast_path)
     int64_t dt;
 
     open_conn(100, fast_path);
-    expect_echo("warm");
+    rcpt_expect_echo(conn, "warm");
     ck_assert_int_eq(rcp_conn_get_stats(conn, &before), RCP_OK);
     t0 = rcptest_now_ms();
     r = rcp_conn_command(conn, "DEBUG SLEEP %s", "0.5");
@@ -139,7 +130,7 @@ static void sync_timeout(int fast_path)
             ck_assert_msg(got || rcptest_now_ms() < deadline, "no own reply within 5 s");
         }
     }
-    expect_echo("once-more");
+    rcpt_expect_echo(conn, "once-more");
     ck_assert_int_eq(rcp_conn_get_stats(conn, &after), RCP_OK);
     ck_assert_uint_ge(after.late_replies - before.late_replies, 1);
     ck_assert_uint_ge(after.timeouts - before.timeouts, 1);
@@ -217,7 +208,7 @@ START_TEST(test_many_timeouts_then_ordered)
     for (i = 0; i < 50; i++) {
         char tok[32];
         snprintf(tok, sizeof tok, "fresh-%d", i);
-        expect_echo(tok);
+        rcpt_expect_echo(conn, tok);
     }
     ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
     ck_assert_uint_ge(st.late_replies, N + 1);

@@ -1157,6 +1157,16 @@ int sim_conns_closed_by_peer(sim_node *n)
     return k;
 }
 
+int sim_dead_port(void)
+{
+    sim_node *d = sim_new(NULL);
+    int p;
+    ck_assert_ptr_nonnull(d);
+    p = sim_port(d);
+    sim_free(d);
+    return p;
+}
+
 void sim_cluster_options(rcp_cluster_options *o, rcp_conn_options *node, const char *seeds)
 {
     rcptest_cluster_options(o, node, seeds, 1000, 3000, 5, 100);

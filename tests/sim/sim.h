@@ -105,6 +105,8 @@ void sim_fut_init(sim_fut *sf, int timeout_ms);
 int sim_fut_wait(sim_fut *sf, int timeout_ms);
 void sim_fut_destroy(sim_fut *sf);
 
+/* A port of 127.0.0.1 nothing listens on (a node's, just closed). */
+int sim_dead_port(void);
 /* "127.0.0.1:PORT" of a node, in buf. */
 const char *sim_addr(const sim_node *n, char *buf, size_t len);
 

@@ -266,6 +266,55 @@ START_TEST(timeout_mid_stream)
 }
 END_TEST
 
+/* A cancel meets a streamed read. _i 0: written, its value not begun:
+ * WRITTEN, the value is discarded when it comes and the sink never sees a
+ * byte; the request behind it gets its own reply. _i 1: its value is
+ * streaming to the sink: TOO_LATE (only the socket's owner could stop
+ * it), and the value completes. The connection is kept either way. */
+START_TEST(cancel_streamed)
+{
+    sim_node *n = sim_new(NULL);
+    rcp_conn *c;
+    sim_fut a, b;
+    keep_sink k;
+    rcp_conn_stats st;
+    ck_assert_ptr_nonnull(n);
+    if (_i == 0)
+        sim_loadf(n, "expect GET a\nexpect GET b\nstall 300\n"
+                     "send \"$5\\r\\nhello\\r\\n$1\\r\\nb\\r\\n\"\n");
+    else
+        sim_loadf(n, "expect GET a\nsend \"$10\\r\\nhel\"\nstall 500\nsend \"lo12345\\r\\n\"\n"
+                     "expect GET b\nsend \"$1\\r\\nb\\r\\n\"\n");
+    c = open_conn(n, rcptest_scale(5000));
+    keep_init(&k);
+    sim_fut_init(&b, rcptest_scale(5000));
+    send_sink(c, &a, "a", &k, 0);
+    if (_i == 0) {
+        ck_assert_int_eq(rcp_conn_send(c, &b.f, "GET b"), RCP_OK);
+        ck_assert_uint_eq(sim_wait_count(n, "GET b", 1, rcptest_scale(5000)), 1);
+        ck_assert_int_eq(rcp_conn_cancel(c, &a.f), RCP_CANCEL_WRITTEN);
+        want_err(&a, RCP_ERR_CANCELLED);
+    } else {
+        ck_assert_uint_eq(sim_wait_count(n, "GET a", 1, rcptest_scale(5000)), 1);
+        rcptest_sleep_ms(100); /* "hel" reaches the sink; the node then stalls 500 ms */
+        ck_assert_int_eq(rcp_conn_cancel(c, &a.f), RCP_CANCEL_TOO_LATE);
+        want_len(&a, 10);
+        ck_assert_int_eq(rcp_conn_send(c, &b.f, "GET b"), RCP_OK);
+    }
+    await(&b);
+    ck_assert_msg(b.type == RCP_REPLY_STRING && strcmp(b.str, "b") == 0, "b: %d %s", b.type,
+                  b.str);
+    ck_assert_str_eq(k.got, _i == 0 ? "" : "hello12345");
+    ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
+    ck_assert_uint_eq(st.disconnects, 0);
+    sim_assert_done(n, rcptest_scale(5000));
+    rcp_conn_close(c);
+    sim_fut_destroy(&a);
+    sim_fut_destroy(&b);
+    sim_free(n);
+}
+END_TEST
+
 /* ---- cluster ---- */
 
 /* Node 0 owns every slot by the map; its answer to GET foo is `first`;
@@ -302,7 +351,7 @@ static void cluster_redirected(int sync, const char *first, int moved_to_1)
         want_len(&f, 5);
         sim_fut_destroy(&f);
     }
-    ck_assert_str_eq(k.got, "hello"); /* only the final node's value */
+    ck_assert_str_eq(k.got, "hello");/* only the final node's value */
     ck_assert_int_eq(k.gaps, 0);
     sim_assert_done(n[0], rcptest_scale(5000));
     sim_assert_done(n[1], rcptest_scale(5000));
@@ -373,6 +422,7 @@ int main(void)
     tcase_add_test(tc, header_split_and_reply_behind);
     tcase_add_test(tc, value_bytewise);
     tcase_add_loop_test(tc, timeout_mid_stream, 0, 2);
+    tcase_add_loop_test(tc, cancel_streamed, 0, 2);
     tcase_add_loop_test(tc, cluster_moved_then_streamed, 0, 2);
     tcase_add_loop_test(tc, cluster_ask_then_streamed, 0, 2);
     tcase_add_loop_test(tc, cluster_tryagain_then_streamed, 0, 2);

@@ -43,17 +43,6 @@ static rcp_cluster *open_ok(const char *seeds)
     return sim_open(&o);
 }
 
-/* A port nothing listens on (just closed). */
-static int dead_port(void)
-{
-    sim_node *d = sim_new(NULL);
-    int p;
-    ck_assert_ptr_nonnull(d);
-    p = sim_port(d);
-    sim_free(d);
-    return p;
-}
-
 static void get_ok(rcp_cluster *cl, const char *key)
 {
     rcp_reply *r = rcp_cluster_command(cl, "GET %s", key);
@@ -75,7 +64,7 @@ START_TEST(bootstrap_bad_table)
     ck_assert_int_eq(sim_start(n, 2), 0);
     sim_loadf(n[0], "%son CLUSTER SLOTS => send \"%s\"\n", sim_prelude, bad[_i].resp);
     sim_loadf(n[1], "%son CLUSTER SLOTS => send \"%s\"\n", sim_prelude, bad[(_i + 1) % NBAD].resp);
-    snprintf(dead, sizeof dead, "127.0.0.1:%d", dead_port());
+    snprintf(dead, sizeof dead, "127.0.0.1:%d", sim_dead_port());
     snprintf(seeds, sizeof seeds, "%s,%s,%s", sim_addr(n[0], a0, sizeof a0), dead,
              sim_addr(n[1], a1, sizeof a1));
     options(&o, &no, seeds);
@@ -193,7 +182,7 @@ START_TEST(table_names_unreachable_node)
     rcp_cluster *cl;
     sim_fut sf;
     char a0[64], dead[64];
-    int dp = dead_port();
+    int dp = sim_dead_port();
     unsigned s = rcp_keyslot(KEY, 3);
     ck_assert_int_eq(sim_start(n, 1), 0);
     snprintf(dead, sizeof dead, "127.0.0.1:%d", dp);

@@ -27,7 +27,12 @@ START_TEST(names_of_codes_and_events)
     ck_assert_str_eq(rcp_err_name(RCP_OK), "RCP_OK");
     ck_assert_str_eq(rcp_err_name(RCP_ERR_IO), "RCP_ERR_IO");
     ck_assert_str_eq(rcp_err_name(RCP_ERR_REDIRECT_LIMIT), "RCP_ERR_REDIRECT_LIMIT");
+    ck_assert_str_eq(rcp_err_name(RCP_ERR_CANCELLED), "RCP_ERR_CANCELLED");
     ck_assert_str_eq(rcp_err_name(RCP_ERR_SINK), "RCP_ERR_SINK");
+    /* Appended only: a released code keeps its number. */
+    ck_assert_int_eq(RCP_ERR_TYPE, 18);
+    ck_assert_int_eq(RCP_ERR_CANCELLED, 19);
+    ck_assert_int_eq(RCP_ERR_SINK, 20);
     ck_assert_str_eq(rcp_err_name(-1), "RCP_ERR_UNKNOWN");
     ck_assert_str_eq(rcp_err_name(RCP_ERR__COUNT), "RCP_ERR_UNKNOWN");
     for (i = 1; i < RCP_ERR__COUNT; i++) {
