@@ -133,6 +133,14 @@ static void cfut_fail(rcp__cfut *cf, int code, const char *msg)
     cfut_finish(cf, &r);
 }
 
+static void hole_fail(rcp__cfut *cf)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg, "slot %u is not served by any node (hole in the slot map)",
+             cf->rq.slot);
+    cfut_fail(cf, RCP_ERR_CLUSTER_DOWN, msg);
+}
+
 /* The refresher says a delayed retry is due (or the handle closes). */
 static void cfut_fire(rcp__later *l, int closing)
 {
@@ -141,7 +149,14 @@ static void cfut_fire(rcp__later *l, int closing)
         cfut_fail(cf, RCP_ERR_CLOSED, "cluster handle closed before a retry");
     } else if (cf->rq.deadline && rcp__now_ns() >= cf->rq.deadline) {
         char msg[800], last[600] = "";
-        struct rcp_conn *lc = cf->rq.last ? rcp__node_pin_any(cf->rq.last) : NULL;
+        struct rcp_conn *lc;
+        /* Waiting for a map that covers its slot, and fired late (a busy
+         * refresher): the slot is still a hole, and that is the answer. */
+        if (!rcp__route_master(cf->cl, &cf->rq)) {
+            hole_fail(cf);
+            return;
+        }
+        lc = cf->rq.last ? rcp__node_pin_any(cf->rq.last) : NULL;
         if (lc) {
             rcp__conn_last_error(lc, last, sizeof last);
             rcp__cluster_unpin(lc);
@@ -199,9 +214,7 @@ static int cfut_submit(rcp__cfut *cf, int first)
                     cfut_later(cf, 20000000ull); /* wait for a map that covers it */
                     return RCP_OK;
                 }
-                snprintf(msg, sizeof msg, "slot %u is not served by any node (hole in the slot map)",
-                         cf->rq.slot);
-                cfut_fail(cf, RCP_ERR_CLUSTER_DOWN, msg);
+                hole_fail(cf);
                 return RCP_OK;
             }
             rcp__reply_error_init(&r, code, "no connection to the node");
