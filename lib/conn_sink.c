@@ -37,6 +37,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <hiredis/sds.h>
+
 #include "conn_int.h"
 #include "reply.h"
 
@@ -272,6 +274,19 @@ static void sink_start(struct rcp_conn *c, uint64_t next, const rcp__slot *s, lo
     }
 }
 
+/* The value's bytes the reader held were consumed here, not by
+ * redisReaderGetReply, which is where hiredis drops what it has parsed:
+ * drop them the same way, or a run of values that each arrive whole would
+ * keep every one of them in the reader's buffer. */
+static void reader_compact(redisReader *rd)
+{
+    if (rd->pos == 0)
+        return;
+    sdsrange(rd->buf, (int)rd->pos, -1);
+    rd->pos = 0;
+    rd->len = sdslen(rd->buf);
+}
+
 /* The reply for the finished value. */
 static rcp_reply *sink_reply(struct rcp_conn *c)
 {
@@ -326,6 +341,7 @@ int rcp__conn_sink_get_reply(struct rcp_conn *c, uint64_t next, void **reply)
             if (k == (size_t)-1)
                 return REDIS_ERR;
             rd->pos += k;
+            reader_compact(rd);
             if (c->sk.phase == CONN_SK_DONE)
                 *reply = sink_reply(c);
             return REDIS_OK;
