@@ -81,6 +81,8 @@
 #define MAX_THREADS 4096u
 #define MAX_DATA_SIZE (64u * 1024 * 1024)
 #define PRELOAD_CHUNK 1000u  /* commands per pipelined write while preloading */
+#define PRELOAD_BYTES (8u * 1024 * 1024) /* ... and at most this many value bytes */
+#define BIG_KEYS 2u          /* --big-thread: keys of the big thread, preloaded */
 #define CONNECT_TIMEOUT_S 5
 #define CLASSIC_IO_TIMEOUT_S 10 /* hiredis socket timeout of the baseline */
 /* After the stop, a thread gets this long to return from its request (the
@@ -137,6 +139,8 @@ typedef struct config {
     unsigned series_min, series_max; /* --series: runs of MIN..MAX back to back */
     bool tls;             /* --tls: rcpipe, the classic baseline and the side channels */
     tlsconn_settings tls_s; /* --cacert, --cert, --key, --sni, --tls-skip-verify */
+    bool stream;          /* --stream: rcpipe GETs into a counting sink (rcp_sink) */
+    size_t big_size;      /* --big-thread SIZE: thread 0 moves values of SIZE; 0: off */
 } config;
 
 struct bench;
@@ -161,6 +165,10 @@ typedef struct req {
     char *key;          /* classic pipeline: kept for a redirect */
     size_t keylen;
     int node;           /* classic cluster pipeline: the node asked */
+    size_t value_len;   /* GET hit: the value's length (written by the callback) */
+    bool streamed;      /* a --stream GET: its reply is the value's length */
+    rcp_sink sink;      /* --stream GETs: counts into sunk, must live until resolved */
+    uint64_t sunk;      /* bytes the sink was given */
     char err[160];      /* OUT_ERR: why */
 } req;
 
@@ -183,6 +191,12 @@ typedef struct worker {
     uint64_t seq_off;        /* key pattern S: this thread's start in the range */
     uint64_t hits, misses;   /* GETs that found a value / got nil */
     uint64_t set_bytes, get_bytes; /* RESP bytes both ways */
+    uint64_t value_bytes;    /* value bytes moved: SET values sent, GET values received */
+    bool big;                /* --big-thread: this is thread 0, the one moving big values */
+    const char *prefix;      /* key prefix (the big thread's keys are its own) */
+    size_t plen;
+    const char *value;       /* SET value, vsize bytes */
+    size_t vsize;
     uint64_t lat_sum;        /* ns, owner's copy of lat_sum_ns */
     _Atomic uint64_t lat_sum_ns; /* read by the progress line */
     hist cur_h;              /* latencies of second cur_sec, for the series */
@@ -225,6 +239,8 @@ typedef struct bench {
     rcp_cluster *cluster; /* rcpipe, cluster mode */
     slotmap *map;   /* cluster mode */
     char *value;    /* data_size bytes of a fixed pattern */
+    char *big_value; /* --big-thread: big_size bytes */
+    char *big_prefix; /* --big-thread: key prefix of thread 0 */
     atomic_bool stop;
     pthread_barrier_t ready, go;
     pthread_mutex_t mu;
@@ -408,6 +424,15 @@ static void usage(FILE *f)
         "      --no-fast-path       rcpipe: disable the lone-caller fast path\n"
         "      --cork               rcpipe: adaptive corking (option cork, docs/tuning.md)\n"
         "      --count-allocs       rcpipe: count the library's allocations during the run\n"
+        "      --stream             rcpipe: GETs stream their value into a sink that counts\n"
+        "                           and discards it (rcp_sink); SETs stay ordinary\n"
+        "\n"
+        "Large values:\n"
+        "      --big-thread SIZE    sync mode, 2+ threads: thread 0 GETs/SETs values of\n"
+        "                           SIZE bytes on keys of its own (PREFIXbig-0..1, set\n"
+        "                           before the run), the others do the normal load; the\n"
+        "                           table and latencies are the others' (head-of-line\n"
+        "                           blocking), thread 0 is reported on its own\n"
         "\n"
         "TLS (memtier_benchmark's flags; every connection: rcpipe's, the classic\n"
         "baseline's and the bench's own INFO, CLUSTER SLOTS and preload):\n"
@@ -552,7 +577,9 @@ enum {
     OPT_CERT,
     OPT_KEY,
     OPT_TLS_SKIP_VERIFY,
-    OPT_SNI
+    OPT_SNI,
+    OPT_STREAM,
+    OPT_BIG_THREAD
 };
 
 /* "X" or "X:Y" with X, Y in R, S, G (memtier's SET:GET form). */
@@ -668,6 +695,8 @@ static void parse_args(config *cfg, int argc, char **argv)
         {"key", required_argument, NULL, OPT_KEY},
         {"tls-skip-verify", no_argument, NULL, OPT_TLS_SKIP_VERIFY},
         {"sni", required_argument, NULL, OPT_SNI},
+        {"stream", no_argument, NULL, OPT_STREAM},
+        {"big-thread", required_argument, NULL, OPT_BIG_THREAD},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -797,6 +826,10 @@ static void parse_args(config *cfg, int argc, char **argv)
                 die_usage("--sni: empty name");
             cfg->tls_s.sni = optarg;
             break;
+        case OPT_STREAM: cfg->stream = true; break;
+        case OPT_BIG_THREAD:
+            cfg->big_size = (size_t)parse_u64("--big-thread", optarg, 1, MAX_DATA_SIZE);
+            break;
         case 'h': usage(stdout); exit(0);
         case ':': die_usage("option '%s' needs an argument", argv[optind - 1]);
         default:
@@ -823,6 +856,13 @@ static void parse_args(config *cfg, int argc, char **argv)
                   read_policy_name(cfg->read_policy));
     if (cfg->client == CLIENT_CLASSIC && cfg->count_allocs)
         die_usage("--count-allocs applies to --client rcpipe only");
+    if (cfg->client == CLIENT_CLASSIC && cfg->stream)
+        die_usage("--stream applies to --client rcpipe only (hiredis 0.14 cannot stream a "
+                  "reply)");
+    if (cfg->big_size && (cfg->async_depth || cfg->pipeline > 1))
+        die_usage("--big-thread works in sync mode only (no --async-depth, no --pipeline)");
+    if (cfg->big_size && cfg->threads < 2)
+        die_usage("--big-thread needs 2 threads or more (thread 0 moves the big values)");
 #ifndef RCP_BENCH_LIBEVENT
     if (cfg->client == CLIENT_CLASSIC && cfg->async_depth)
         die_usage("--client classic --async-depth needs libevent: this rcp-bench was built "
@@ -1049,36 +1089,46 @@ static void count_roles(slotmap *m, unsigned *masters, unsigned *replicas)
     }
 }
 
-/* SET every key in [key_min, key_max] on a pipelined connection,
- * PRELOAD_CHUNK commands per write. */
-static void preload(const config *cfg, const char *value)
+/* Commands per pipelined preload write: PRELOAD_CHUNK, fewer for large
+ * values (hiredis holds the whole write in memory). */
+static unsigned preload_chunk(size_t size)
+{
+    size_t n = PRELOAD_BYTES / (size ? size : 1);
+
+    return n < 1 ? 1 : n > PRELOAD_CHUNK ? PRELOAD_CHUNK : (unsigned)n;
+}
+
+/* SET every key PREFIX + [kmin, kmax] to value (size bytes) on a pipelined
+ * connection, preload_chunk(size) commands per write. */
+static void preload(const config *cfg, const char *prefix, uint64_t kmin, uint64_t kmax,
+                    const char *value, size_t size)
 {
     char err[512];
     bconn *rc = side_connect(cfg, err, sizeof(err));
-    size_t plen = strlen(cfg->key_prefix);
+    size_t plen = strlen(prefix);
     char *key = malloc(plen + 21);
-    uint64_t k = cfg->key_min, total = cfg->key_max - cfg->key_min + 1;
+    uint64_t k = kmin, total = kmax - kmin + 1;
     uint64_t t0 = now_ns();
+    unsigned chunk = preload_chunk(size);
     bool last = false;
 
     if (!rc)
         die_run("preload: %s", err);
     if (!key)
         die_run("preload: out of memory");
-    memcpy(key, cfg->key_prefix, plen);
-    fprintf(stderr, PROG ": preloading %" PRIu64 " keys of %zu bytes...\n", total,
-            cfg->data_size);
+    memcpy(key, prefix, plen);
+    fprintf(stderr, PROG ": preloading %" PRIu64 " keys of %zu bytes...\n", total, size);
     while (!last) {
         unsigned n = 0, i;
 
-        for (; n < PRELOAD_CHUNK && !last; n++, k++) {
+        for (; n < chunk && !last; n++, k++) {
             const char *argv[3] = {"SET", key, value};
-            size_t argvlen[3] = {3, 0, cfg->data_size};
+            size_t argvlen[3] = {3, 0, size};
 
             argvlen[1] = plen + u64_to_dec(k, key + plen);
             if (bconn_append_argv(rc, 3, argv, argvlen) != REDIS_OK)
                 die_run("preload: out of memory");
-            if (k == cfg->key_max)
+            if (k == kmax)
                 last = true;
         }
         for (i = 0; i < n; i++) {
@@ -1100,31 +1150,33 @@ static void preload(const config *cfg, const char *value)
 }
 
 /* Cluster mode: each SET goes to its slot's master, pipelined per node,
- * PRELOAD_CHUNK commands per round (spread over the nodes). */
-static void preload_cluster(const config *cfg, slotmap *m, const char *value)
+ * preload_chunk(size) commands per round (spread over the nodes). */
+static void preload_cluster(const config *cfg, slotmap *m, const char *prefix, uint64_t kmin,
+                            uint64_t kmax, const char *value, size_t size)
 {
     char err[512];
     bconn *rcs[SLOTMAP_MAX_NODES] = {NULL};
     unsigned pending[SLOTMAP_MAX_NODES];
-    size_t plen = strlen(cfg->key_prefix);
+    size_t plen = strlen(prefix);
     char *key = malloc(plen + 21);
-    uint64_t k = cfg->key_min, total = cfg->key_max - cfg->key_min + 1;
+    uint64_t k = kmin, total = kmax - kmin + 1;
     uint64_t t0 = now_ns();
+    unsigned chunk = preload_chunk(size);
     bool last = false;
     unsigned i, nodes_used = 0;
 
     if (!key)
         die_run("preload: out of memory");
-    memcpy(key, cfg->key_prefix, plen);
+    memcpy(key, prefix, plen);
     fprintf(stderr, PROG ": preloading %" PRIu64 " keys of %zu bytes over the cluster...\n",
-            total, cfg->data_size);
+            total, size);
     while (!last) {
         unsigned n;
 
         memset(pending, 0, sizeof(pending));
-        for (n = 0; n < PRELOAD_CHUNK && !last; n++, k++) {
+        for (n = 0; n < chunk && !last; n++, k++) {
             const char *argv[3] = {"SET", key, value};
-            size_t argvlen[3] = {3, 0, cfg->data_size};
+            size_t argvlen[3] = {3, 0, size};
             int node;
 
             argvlen[1] = plen + u64_to_dec(k, key + plen);
@@ -1142,7 +1194,7 @@ static void preload_cluster(const config *cfg, slotmap *m, const char *value)
             if (bconn_append_argv(rcs[node], 3, argv, argvlen) != REDIS_OK)
                 die_run("preload: out of memory");
             pending[node]++;
-            if (k == cfg->key_max)
+            if (k == kmax)
                 last = true;
         }
         for (i = 0; i < SLOTMAP_MAX_NODES; i++) {
@@ -1212,13 +1264,15 @@ static size_t resp_request_bytes(int argc, const size_t *argvlen)
 /* Judges one reply (rcpipe's and hiredis's types have the same numbers):
  * SET wants a status, GET a string (hit) or nil (miss). errname, if not
  * NULL, names the client-side error code. Sets *bytes to the reply's RESP
- * size; on OUT_ERR writes why to err. */
+ * size and *vlen to a GET hit's value length (else 0); on OUT_ERR writes
+ * why to err. */
 static int judge_reply(bool is_set, int type, const char *str, size_t len, const char *errname,
-                       char *err, size_t errlen, size_t *bytes)
+                       char *err, size_t errlen, size_t *bytes, size_t *vlen)
 {
     const char *cmd = is_set ? "SET" : "GET";
 
     *bytes = resp_reply_bytes(type, len);
+    *vlen = !is_set && type == RCP_REPLY_STRING ? len : 0;
     if (type == RCP_REPLY_ERROR) {
         snprintf(err, errlen, "%s: error reply%s%s%s: %.*s", cmd, errname ? " (" : "",
                  errname ? errname : "", errname ? ")" : "", (int)(len > 200 ? 200 : len),
@@ -1235,26 +1289,83 @@ static int judge_reply(bool is_set, int type, const char *str, size_t len, const
     return OUT_ERR;
 }
 
-static int judge_rcpipe(bool is_set, const rcp_reply *r, char *err, size_t errlen, size_t *bytes)
+static int judge_rcpipe(bool is_set, const rcp_reply *r, char *err, size_t errlen, size_t *bytes,
+                        size_t *vlen)
 {
     if (!r) { /* the API promises never NULL */
         snprintf(err, errlen, "%s: NULL reply", is_set ? "SET" : "GET");
         *bytes = 0;
+        *vlen = 0;
         return OUT_ERR;
     }
     if (rcp_reply_is_error(r))
         return judge_reply(is_set, RCP_REPLY_ERROR, r->str, r->len, rcp_strerror(r->err), err,
-                           errlen, bytes);
-    return judge_reply(is_set, r->type, r->str, r->len, NULL, err, errlen, bytes);
+                           errlen, bytes, vlen);
+    return judge_reply(is_set, r->type, r->str, r->len, NULL, err, errlen, bytes, vlen);
+}
+
+/* --stream: a GET's value goes to this sink, which counts and drops it
+ * (the bench keeps nothing of a value; a plain GET's reply is freed as
+ * soon as it is judged). */
+static int sink_count(void *ud, const char *data, size_t len, uint64_t offset, uint64_t total)
+{
+    (void)data;
+    (void)offset;
+    (void)total;
+    *(uint64_t *)ud += len;
+    return 0;
+}
+
+static void sink_init(rcp_sink *s, uint64_t *counter)
+{
+    memset(s, 0, sizeof(*s));
+    s->kind = RCP_SINK_CALLBACK;
+    s->fn = sink_count;
+    s->ud = counter;
+    s->fd = -1;
+    *counter = 0;
+}
+
+/* A streamed GET resolves with its value's length (an integer reply) once
+ * the bytes went to the sink: a hit when the sink got exactly that many.
+ * Nil and errors arrive as for a plain GET; its RESP size is the bulk
+ * string's, as if it had been assembled. */
+static int judge_stream(const rcp_reply *r, uint64_t sunk, char *err, size_t errlen,
+                        size_t *bytes, size_t *vlen)
+{
+    if (!r || rcp_reply_is_error(r) || r->type != RCP_REPLY_INTEGER)
+        return judge_rcpipe(false, r, err, errlen, bytes, vlen);
+    *vlen = r->integer > 0 ? (size_t)r->integer : 0;
+    *bytes = resp_reply_bytes(RCP_REPLY_STRING, *vlen);
+    if (r->integer < 0 || (uint64_t)r->integer != sunk) {
+        snprintf(err, errlen, "GET (streamed): the sink got %" PRIu64 " bytes of a %lld-byte "
+                 "value", sunk, r->integer);
+        return OUT_ERR;
+    }
+    return OUT_HIT;
 }
 
 static int request_rcpipe(worker *w, bool is_set, int argc, const char **argv,
-                          const size_t *argvlen, size_t *bytes)
+                          const size_t *argvlen, size_t *bytes, size_t *vlen)
 {
-    rcp_reply *r = w->b->cluster ? rcp_cluster_command_argv(w->b->cluster, argc, argv, argvlen)
-                                 : rcp_conn_command_argv(w->b->conn, argc, argv, argvlen);
+    bench *b = w->b;
+    bool stream = b->cfg->stream && !is_set;
+    uint64_t sunk = 0;
+    rcp_sink sink;
+    rcp_reply *r;
     char err[256];
-    int out = judge_rcpipe(is_set, r, err, sizeof(err), bytes);
+    int out;
+
+    if (stream) {
+        sink_init(&sink, &sunk);
+        r = b->cluster ? rcp_cluster_command_argv_sink(b->cluster, argc, argv, argvlen, &sink)
+                       : rcp_conn_command_argv_sink(b->conn, argc, argv, argvlen, &sink);
+        out = judge_stream(r, sunk, err, sizeof(err), bytes, vlen);
+    } else {
+        r = b->cluster ? rcp_cluster_command_argv(b->cluster, argc, argv, argvlen)
+                       : rcp_conn_command_argv(b->conn, argc, argv, argvlen);
+        out = judge_rcpipe(is_set, r, err, sizeof(err), bytes, vlen);
+    }
 
     if (out == OUT_ERR)
         note_error(w, "%s", err);
@@ -1263,10 +1374,10 @@ static int request_rcpipe(worker *w, bool is_set, int argc, const char **argv,
 }
 
 /* Judges and frees a classic reply. */
-static int classic_judge(worker *w, bool is_set, redisReply *r, size_t *bytes)
+static int classic_judge(worker *w, bool is_set, redisReply *r, size_t *bytes, size_t *vlen)
 {
     char err[256];
-    int out = judge_reply(is_set, r->type, r->str, r->len, NULL, err, sizeof(err), bytes);
+    int out = judge_reply(is_set, r->type, r->str, r->len, NULL, err, sizeof(err), bytes, vlen);
 
     if (out == OUT_ERR)
         note_error(w, "%s", err);
@@ -1275,17 +1386,18 @@ static int classic_judge(worker *w, bool is_set, redisReply *r, size_t *bytes)
 }
 
 static int request_classic(worker *w, bool is_set, int argc, const char **argv,
-                           const size_t *argvlen, size_t *bytes)
+                           const size_t *argvlen, size_t *bytes, size_t *vlen)
 {
     redisReply *r = bconn_command_argv(w->rc, argc, argv, argvlen);
 
     *bytes = 0;
+    *vlen = 0;
     if (!r) {
         note_error(w, "%s: connection error: %s", argv[0], bconn_errstr(w->rc));
         w->broken = true; /* a connection is unusable after an I/O error */
         return OUT_ERR;
     }
-    return classic_judge(w, is_set, r, bytes);
+    return classic_judge(w, is_set, r, bytes, vlen);
 }
 
 /* Redirects one classic cluster request may follow (as rcpipe's default). */
@@ -1313,7 +1425,7 @@ static bconn *classic_node_conn(worker *w, int node)
  * thread's connection to it is opened on first use. MOVED re-reads CLUSTER
  * SLOTS and retries; ASK retries once on the named node after ASKING. */
 static int request_classic_cluster(worker *w, bool is_set, int argc, const char **argv,
-                                   const size_t *argvlen, size_t *bytes)
+                                   const size_t *argvlen, size_t *bytes, size_t *vlen)
 {
     slotmap *m = w->b->map;
     unsigned slot = rcp_keyslot(argv[1], argvlen[1]);
@@ -1322,6 +1434,7 @@ static int request_classic_cluster(worker *w, bool is_set, int argc, const char 
     unsigned redirects;
 
     *bytes = 0;
+    *vlen = 0;
     for (redirects = 0;; redirects++) {
         static const char *asking_argv[1] = {"ASKING"};
         bconn *rc;
@@ -1358,7 +1471,7 @@ static int request_classic_cluster(worker *w, bool is_set, int argc, const char 
         r = vr;
         if (r->type != REDIS_REPLY_ERROR || redirects >= CLASSIC_MAX_REDIRECTS ||
             !slotmap_parse_redirect(m, r->str, r->len, &ask, &rslot, host, sizeof(host), &port))
-            return classic_judge(w, is_set, r, bytes);
+            return classic_judge(w, is_set, r, bytes, vlen);
         freeReplyObject(r);
         if (ask) {
             w->ask++;
@@ -1422,16 +1535,18 @@ static int build_request(worker *w, bool *is_set, char *key, const char **argv,
                          size_t *argvlen)
 {
     const config *cfg = w->b->cfg;
-    size_t plen = strlen(cfg->key_prefix);
+    uint64_t k;
 
     *is_set = rng_next(&w->rng) % (cfg->ratio_set + cfg->ratio_get) < cfg->ratio_set;
-    memcpy(key, cfg->key_prefix, plen);
+    /* The big thread keeps to its own few keys, preloaded */
+    k = w->big ? rng_next(&w->rng) % BIG_KEYS : next_key(w, *is_set);
+    memcpy(key, w->prefix, w->plen);
     argv[0] = *is_set ? "SET" : "GET";
     argvlen[0] = 3;
     argv[1] = key;
-    argvlen[1] = plen + u64_to_dec(next_key(w, *is_set), key + plen);
-    argv[2] = w->b->value;
-    argvlen[2] = cfg->data_size;
+    argvlen[1] = w->plen + u64_to_dec(k, key + w->plen);
+    argv[2] = w->value;
+    argvlen[2] = w->vsize;
     return *is_set ? 3 : 2;
 }
 
@@ -1499,9 +1614,10 @@ static void series_flush(worker *w)
     hist_init(&w->cur_h);
 }
 
-/* Records one finished request (on the worker's own thread). */
+/* Records one finished request (on the worker's own thread). vlen: a GET
+ * hit's value length (a SET that succeeded moved the thread's value). */
 static void account(worker *w, bool is_set, int outcome, uint64_t lat_ns, uint64_t t_done,
-                    size_t bytes)
+                    size_t bytes, size_t vlen)
 {
     uint64_t sec = t_done > w->b->start_ns ? (t_done - w->b->start_ns) / 1000000000u : 0;
 
@@ -1509,18 +1625,23 @@ static void account(worker *w, bool is_set, int outcome, uint64_t lat_ns, uint64
         hist_record(&w->set_h, lat_ns);
         w->set_ops++;
         w->set_bytes += bytes;
+        if (outcome == OUT_OK)
+            w->value_bytes += w->vsize;
     } else {
         hist_record(&w->get_h, lat_ns);
         w->get_ops++;
         w->get_bytes += bytes;
         w->hits += outcome == OUT_HIT;
         w->misses += outcome == OUT_MISS;
+        w->value_bytes += vlen;
     }
-    if (sec > w->cur_sec) {
-        series_flush(w);
-        w->cur_sec = sec;
+    if (!w->big) { /* the series is the small requests' */
+        if (sec > w->cur_sec) {
+            series_flush(w);
+            w->cur_sec = sec;
+        }
+        hist_record(&w->cur_h, lat_ns);
     }
-    hist_record(&w->cur_h, lat_ns);
     w->lat_sum += lat_ns;
     atomic_store_explicit(&w->lat_sum_ns, w->lat_sum, memory_order_relaxed);
     atomic_store_explicit(&w->done, w->set_ops + w->get_ops, memory_order_relaxed);
@@ -1532,7 +1653,7 @@ static void run_sync(worker *w)
 {
     bench *b = w->b;
     const config *cfg = b->cfg;
-    char *key = malloc(strlen(cfg->key_prefix) + 21);
+    char *key = malloc(w->plen + 21);
     bool classic = cfg->client == CLIENT_CLASSIC;
     const char *argv[3];
     size_t argvlen[3];
@@ -1546,7 +1667,7 @@ static void run_sync(worker *w)
 
     for (k = 0; !cfg->requests || k < cfg->requests; k++) {
         uint64_t due = 0, t0, t1;
-        size_t rbytes = 0;
+        size_t rbytes = 0, vlen = 0;
         bool is_set;
         int argc, out;
 
@@ -1556,7 +1677,7 @@ static void run_sync(worker *w)
         /* A run of a --series starts at the due time of its first request
          * (latency from there); the others follow at once (latency from
          * their own send), so the mean rate stays R per thread. */
-        if (cfg->rate && series_left == 0) {
+        if (cfg->rate && !w->big && series_left == 0) { /* the big thread: closed loop */
             if (!sleep_until(b, due = due_ns(w, k)))
                 break;
             series_left = cfg->series_max
@@ -1568,14 +1689,14 @@ static void run_sync(worker *w)
             series_left--;
         t0 = now_ns();
         if (classic && b->map)
-            out = request_classic_cluster(w, is_set, argc, argv, argvlen, &rbytes);
+            out = request_classic_cluster(w, is_set, argc, argv, argvlen, &rbytes, &vlen);
         else if (classic)
-            out = request_classic(w, is_set, argc, argv, argvlen, &rbytes);
+            out = request_classic(w, is_set, argc, argv, argvlen, &rbytes, &vlen);
         else
-            out = request_rcpipe(w, is_set, argc, argv, argvlen, &rbytes);
+            out = request_rcpipe(w, is_set, argc, argv, argvlen, &rbytes, &vlen);
         t1 = now_ns();
         account(w, is_set, out, t1 - (due ? due : t0), t1,
-                resp_request_bytes(argc, argvlen) + rbytes);
+                resp_request_bytes(argc, argvlen) + rbytes, vlen);
         if (w->broken)
             break;
     }
@@ -1593,7 +1714,10 @@ static void on_resolve(rcp_future *f, rcp_reply *reply)
     req *head;
 
     r->t_done = now_ns();
-    r->outcome = judge_rcpipe(r->is_set, reply, r->err, sizeof(r->err), &r->reply_bytes);
+    r->outcome = r->streamed ? judge_stream(reply, r->sunk, r->err, sizeof(r->err),
+                                            &r->reply_bytes, &r->value_len)
+                             : judge_rcpipe(r->is_set, reply, r->err, sizeof(r->err),
+                                            &r->reply_bytes, &r->value_len);
     unsigned long n, want;
 
     head = atomic_load(&w->done_head);
@@ -1616,7 +1740,7 @@ static unsigned reap(worker *w)
         req *next = r->next;
 
         account(w, r->is_set, r->outcome, r->t_done > r->t_start ? r->t_done - r->t_start : 0,
-                r->t_done, r->req_bytes + r->reply_bytes);
+                r->t_done, r->req_bytes + r->reply_bytes, r->value_len);
         if (r->outcome == OUT_ERR)
             note_error(w, "%s", r->err);
         w->free_list[w->nfree++] = (unsigned)(r - w->reqs);
@@ -1663,16 +1787,24 @@ static bool send_next(worker *w, char *key, uint64_t t_start)
     r->f.resolve = on_resolve;
     r->f.data = r;
     r->f.timeout_ms = 0;
+    r->streamed = b->cfg->stream && !r->is_set;
     w->inflight++;
-    rc = b->cluster ? rcp_cluster_send_argv(b->cluster, &r->f, argc, argv, argvlen)
-                    : rcp_conn_send_argv(b->conn, &r->f, argc, argv, argvlen);
+    if (r->streamed) {
+        sink_init(&r->sink, &r->sunk);
+        rc = b->cluster
+                 ? rcp_cluster_send_argv_sink(b->cluster, &r->f, argc, argv, argvlen, &r->sink)
+                 : rcp_conn_send_argv_sink(b->conn, &r->f, argc, argv, argvlen, &r->sink);
+    } else {
+        rc = b->cluster ? rcp_cluster_send_argv(b->cluster, &r->f, argc, argv, argvlen)
+                        : rcp_conn_send_argv(b->conn, &r->f, argc, argv, argvlen);
+    }
     if (rc != RCP_OK) {
         uint64_t t = now_ns();
 
         note_error(w, "%s: send refused: %s", argv[0], rcp_strerror(rc));
         w->inflight--;
         w->free_list[w->nfree++] = idx;
-        account(w, r->is_set, OUT_ERR, t - r->t_start, t, r->req_bytes);
+        account(w, r->is_set, OUT_ERR, t - r->t_start, t, r->req_bytes, 0);
         return false;
     }
     return true;
@@ -1684,7 +1816,7 @@ static void run_async(worker *w)
 {
     bench *b = w->b;
     const config *cfg = b->cfg;
-    char *key = malloc(strlen(cfg->key_prefix) + 21);
+    char *key = malloc(w->plen + 21);
     unsigned depth = cfg->async_depth ? cfg->async_depth : cfg->pipeline;
     uint64_t k = 0;
 
@@ -1859,8 +1991,15 @@ static bool cb_send(worker *w, req *r)
         r->f.resolve = on_resolve_cb;
         r->f.data = r;
         r->f.timeout_ms = 0;
-        rc = cl ? rcp_cluster_send_argv(cl, &r->f, argc, argv, argvlen)
-                : rcp_conn_send_argv(cn, &r->f, argc, argv, argvlen);
+        r->streamed = b->cfg->stream && !r->is_set;
+        if (r->streamed) {
+            sink_init(&r->sink, &r->sunk);
+            rc = cl ? rcp_cluster_send_argv_sink(cl, &r->f, argc, argv, argvlen, &r->sink)
+                    : rcp_conn_send_argv_sink(cn, &r->f, argc, argv, argvlen, &r->sink);
+        } else {
+            rc = cl ? rcp_cluster_send_argv(cl, &r->f, argc, argv, argvlen)
+                    : rcp_conn_send_argv(cn, &r->f, argc, argv, argvlen);
+        }
         if (rc == RCP_OK)
             return true;
         snprintf(err, sizeof(err), "%s: send refused: %s", argv[0], rcp_strerror(rc));
@@ -1873,7 +2012,7 @@ static bool cb_send(worker *w, req *r)
     }
     note_error(w, "%s", err);
     t = now_ns();
-    account(w, r->is_set, OUT_ERR, t - r->t_start, t, r->req_bytes);
+    account(w, r->is_set, OUT_ERR, t - r->t_start, t, r->req_bytes, 0);
     return false;
 }
 
@@ -1891,7 +2030,7 @@ static void cb_complete(worker *w, req *r, int outcome, size_t reply_bytes, cons
         }
     } else {
         account(w, r->is_set, outcome, r->t_done > r->t_start ? r->t_done - r->t_start : 0,
-                r->t_done, r->req_bytes + reply_bytes);
+                r->t_done, r->req_bytes + reply_bytes, r->value_len);
         if (outcome == OUT_ERR)
             note_error(w, "%s", err);
     }
@@ -1912,7 +2051,10 @@ static void on_resolve_cb(rcp_future *f, rcp_reply *reply)
     req *r = f->data;
 
     r->t_done = now_ns();
-    r->outcome = judge_rcpipe(r->is_set, reply, r->err, sizeof(r->err), &r->reply_bytes);
+    r->outcome = r->streamed ? judge_stream(reply, r->sunk, r->err, sizeof(r->err),
+                                            &r->reply_bytes, &r->value_len)
+                             : judge_rcpipe(r->is_set, reply, r->err, sizeof(r->err),
+                                            &r->reply_bytes, &r->value_len);
     cb_complete(r->w, r, r->outcome, r->reply_bytes, r->err);
 }
 
@@ -1930,9 +2072,10 @@ static void classic_async_cb(redisAsyncContext *c, void *reply, void *privdata)
                  c->errstr[0] ? c->errstr : "context freed");
         r->outcome = OUT_ERR;
         r->reply_bytes = 0;
+        r->value_len = 0;
     } else {
         r->outcome = judge_reply(r->is_set, rep->type, rep->str, rep->len, NULL, r->err,
-                                 sizeof(r->err), &r->reply_bytes);
+                                 sizeof(r->err), &r->reply_bytes, &r->value_len);
     }
     cb_complete(r->w, r, r->outcome, r->reply_bytes, r->err);
 }
@@ -2209,7 +2352,7 @@ static void run_pipeline_classic(worker *w)
             bconn *rc = b->map ? (r->node >= 0 ? w->conns[r->node] : NULL) : w->rc;
             void *vr = NULL;
             redisReply *rep;
-            size_t rbytes = 0;
+            size_t rbytes = 0, vlen = 0;
             int out = OUT_ERR;
             uint64_t t;
 
@@ -2241,27 +2384,27 @@ static void run_pipeline_classic(worker *w)
                             continue;
                         }
                     } else {
-                        out = classic_judge(w, r->is_set, rep, &rbytes);
+                        out = classic_judge(w, r->is_set, rep, &rbytes, &vlen);
                     }
                 }
             }
             t = now_ns();
-            account(w, r->is_set, out, t - t_group, t, r->req_bytes + rbytes);
+            account(w, r->is_set, out, t - t_group, t, r->req_bytes + rbytes, vlen);
         }
         for (i = 0; i < n && !w->broken; i++) {
             req *r = &w->reqs[i];
             const char *argv[3] = {r->is_set ? "SET" : "GET", r->key, b->value};
             size_t argvlen[3] = {3, r->keylen, cfg->data_size};
-            size_t rbytes = 0;
+            size_t rbytes = 0, vlen = 0;
             int out;
             uint64_t t;
 
             if (r->node != -2)
                 continue;
             out = request_classic_cluster(w, r->is_set, r->is_set ? 3 : 2, argv, argvlen,
-                                          &rbytes);
+                                          &rbytes, &vlen);
             t = now_ns();
-            account(w, r->is_set, out, t - t_group, t, r->req_bytes + rbytes);
+            account(w, r->is_set, out, t - t_group, t, r->req_bytes + rbytes, vlen);
         }
         k += n;
     }
@@ -2319,14 +2462,14 @@ static void *worker_main(void *arg)
 
         w->reqs = calloc(depth, sizeof(*w->reqs));
         w->free_list = calloc(depth, sizeof(*w->free_list));
-        w->keys = malloc(depth * (strlen(b->cfg->key_prefix) + 21));
+        w->keys = malloc(depth * (w->plen + 21));
         if (!w->reqs || !w->free_list || !w->keys) {
             snprintf(w->first_error, sizeof(w->first_error), "out of memory");
             w->connect_failed = true;
         } else {
             for (i = 0; i < depth; i++) {
                 w->reqs[i].w = w;
-                w->reqs[i].key = w->keys + i * (strlen(b->cfg->key_prefix) + 21);
+                w->reqs[i].key = w->keys + i * (w->plen + 21);
                 w->free_list[depth - 1 - i] = i;
             }
             w->nfree = depth;
@@ -2398,11 +2541,36 @@ typedef struct results {
     uint64_t hits, misses, set_bytes, get_bytes;
     uint64_t allocs;             /* --count-allocs: library allocations in the run */
     uint64_t sleeps;             /* async/pipeline: waits for a completion */
+    uint64_t value_bytes;        /* SET values sent + GET values received (not the big thread's) */
+    long peak_rss_kb;            /* VmHWM at the end of the run; -1 if unreadable */
+    /* --big-thread: thread 0, kept out of everything above but errors */
+    const hist *big_h;
+    uint64_t big_ops, big_sets, big_gets, big_hits, big_misses, big_value_bytes;
     const hist *series;          /* per second */
     size_t series_len;           /* seconds to report */
     size_t series_n;             /* of them, in series[] */
     bool series_truncated;
 } results;
+
+/* The process's peak resident memory (VmHWM of /proc/self/status), KiB;
+ * -1 where it cannot be read. It covers the process's whole life: a
+ * --preload of large values, done in this process, shows in it. */
+static long peak_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "VmHWM:", 6) == 0) {
+            v = strtol(line + 6, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return v;
+}
 
 static const char *mode_name(const config *cfg)
 {
@@ -2555,6 +2723,26 @@ static void print_results(const config *cfg, const results *r)
         printf("redirects            moved %" PRIu64 ", ask %" PRIu64 ", slot map reloads %" PRIu64
                "\n", r->moved, r->ask, r->refreshes);
     printf("client CPU           %.3f us/op\n", r->client_cpu_us_per_op);
+    printf("value bytes          %.3f MB/s (%" PRIu64 " bytes: SET values sent + GET values "
+           "received)%s\n", ratio_or_nan((double)r->value_bytes, r->elapsed_s) / 1e6,
+           r->value_bytes, cfg->stream ? "; GETs streamed to a counting sink" : "");
+    if (r->peak_rss_kb >= 0)
+        printf("peak RSS             %ld KiB (VmHWM of the whole process)\n", r->peak_rss_kb);
+    else
+        printf("peak RSS             n/a (no /proc/self/status)\n");
+    if (cfg->big_size) {
+        const hist *h = r->big_h;
+
+        printf("big thread           thread 0, values of %zu bytes: %" PRIu64 " requests (%"
+               PRIu64 " SETs, %" PRIu64 " GETs: %" PRIu64 " hits, %" PRIu64 " misses), "
+               "%.3f MB/s", cfg->big_size, r->big_ops, r->big_sets, r->big_gets, r->big_hits,
+               r->big_misses, ratio_or_nan((double)r->big_value_bytes, r->elapsed_s) / 1e6);
+        if (h->count)
+            printf(", latency avg %.3f p50 %.3f p99 %.3f max %.3f msec", hist_mean(h) / 1e6,
+                   (double)hist_percentile(h, 50.0) / 1e6,
+                   (double)hist_percentile(h, 99.0) / 1e6, (double)h->max_ns / 1e6);
+        printf("; not in the table above\n");
+    }
     printf("ctx switches         %.3f /op\n", r->ctx_switches_per_op);
     if (r->lib_ok) {
         printf("futex wakes          %.3f /op\n", r->futex_wakes_per_op);
@@ -2749,6 +2937,36 @@ static bool write_json(const config *cfg, const results *r)
     json_u64(f, "errors", r->errors);
     fprintf(f, "  \"cluster\": %s,\n", r->cluster ? "true" : "false");
     fprintf(f, "  \"tls\": %s,\n", cfg->tls ? "true" : "false");
+    fprintf(f, "  \"stream\": %s,\n", cfg->stream ? "true" : "false");
+    json_u64(f, "value_bytes", r->value_bytes);
+    json_num(f, "bytes_per_sec", ratio_or_nan((double)r->value_bytes, r->elapsed_s), false);
+    if (r->peak_rss_kb >= 0)
+        fprintf(f, "  \"peak_rss_kb\": %ld,\n", r->peak_rss_kb);
+    else
+        fprintf(f, "  \"peak_rss_kb\": null,\n");
+    if (cfg->big_size) {
+        const hist *bh = r->big_h;
+
+        fprintf(f, "  \"big_thread\": {\"size\": %zu, \"ops\": %" PRIu64 ", \"sets\": %" PRIu64
+                ", \"gets\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"misses\": %" PRIu64
+                ", \"value_bytes\": %" PRIu64, cfg->big_size, r->big_ops, r->big_sets,
+                r->big_gets, r->big_hits, r->big_misses, r->big_value_bytes);
+        if (r->elapsed_s > 0)
+            fprintf(f, ", \"bytes_per_sec\": %.6g", (double)r->big_value_bytes / r->elapsed_s);
+        else
+            fprintf(f, ", \"bytes_per_sec\": null");
+        if (bh->count)
+            fprintf(f, ", \"avg_us\": %.6g, \"p50_us\": %.6g, \"p99_us\": %.6g, "
+                    "\"max_us\": %.6g}", hist_mean(bh) / 1e3,
+                    (double)hist_percentile(bh, 50.0) / 1e3,
+                    (double)hist_percentile(bh, 99.0) / 1e3, (double)bh->max_ns / 1e3);
+        else
+            fprintf(f, ", \"avg_us\": null, \"p50_us\": null, \"p99_us\": null, "
+                    "\"max_us\": null}");
+        fprintf(f, ",\n");
+    } else {
+        fprintf(f, "  \"big_thread\": null,\n");
+    }
     if (r->cluster) {
         bool rep = r->server_ok && r->replicas_ok;
 
@@ -3035,7 +3253,7 @@ int main(int argc, char **argv)
     config cfg;
     bench b;
     results res;
-    hist all, sets, gets;
+    hist all, sets, gets, big;
     server_info si0, si1;
     cluster_info ci0, ci1;
     slotmap *map = NULL;
@@ -3076,8 +3294,12 @@ int main(int argc, char **argv)
     b.value = malloc(cfg.data_size + 1);
     if (!b.value)
         die_run("out of memory");
-    for (i = 0; i < cfg.data_size; i++)
-        b.value[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[i % 36];
+    /* Written only when something sends it: an untouched large buffer
+     * costs no resident memory, so a GET-only run's peak_rss_kb is the
+     * client's own. */
+    if (cfg.ratio_set || cfg.preload)
+        for (i = 0; i < cfg.data_size; i++)
+            b.value[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[i % 36];
     b.value[cfg.data_size] = '\0';
 
     /* Fail early and clearly if the server is not there. */
@@ -3104,9 +3326,28 @@ int main(int argc, char **argv)
                 res.masters, res.replicas, cfg.host, cfg.port);
     }
     if (cfg.preload && cfg.cluster)
-        preload_cluster(&cfg, map, b.value);
+        preload_cluster(&cfg, map, cfg.key_prefix, cfg.key_min, cfg.key_max, b.value,
+                        cfg.data_size);
     else if (cfg.preload)
-        preload(&cfg, b.value);
+        preload(&cfg, cfg.key_prefix, cfg.key_min, cfg.key_max, b.value, cfg.data_size);
+    if (cfg.big_size) {
+        /* The big thread's keys exist before the run, so that its GETs
+         * move values rather than miss. */
+        size_t n = strlen(cfg.key_prefix) + 5;
+
+        b.big_prefix = malloc(n);
+        b.big_value = malloc(cfg.big_size);
+        if (!b.big_prefix || !b.big_value)
+            die_run("out of memory");
+        snprintf(b.big_prefix, n, "%sbig-", cfg.key_prefix);
+        for (i = 0; i < cfg.big_size; i++)
+            b.big_value[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[i % 36];
+        if (cfg.cluster)
+            preload_cluster(&cfg, map, b.big_prefix, 0, BIG_KEYS - 1, b.big_value,
+                            cfg.big_size);
+        else
+            preload(&cfg, b.big_prefix, 0, BIG_KEYS - 1, b.big_value, cfg.big_size);
+    }
 
     if (cfg.client == CLIENT_RCPIPE) {
         rcp_conn_options o; /* kept in b.opts for --event-loop's per-thread handles */
@@ -3193,6 +3434,11 @@ int main(int argc, char **argv)
 
         w->b = &b;
         w->index = i;
+        w->big = cfg.big_size && i == 0;
+        w->prefix = w->big ? b.big_prefix : cfg.key_prefix;
+        w->plen = strlen(w->prefix);
+        w->value = w->big ? b.big_value : b.value;
+        w->vsize = w->big ? cfg.big_size : cfg.data_size;
         atomic_init(&w->done, 0);
         atomic_init(&w->lat_sum_ns, 0);
         atomic_init(&w->done_head, NULL);
@@ -3259,6 +3505,7 @@ int main(int argc, char **argv)
     }
     atomic_store(&alloc_counting, false);
     res.allocs = atomic_load(&alloc_calls);
+    res.peak_rss_kb = peak_rss_kb();
 
     if (connect_failures) {
         for (i = 0; i < cfg.threads; i++)
@@ -3301,24 +3548,38 @@ int main(int argc, char **argv)
     hist_init(&all);
     hist_init(&sets);
     hist_init(&gets);
+    hist_init(&big);
+    res.big_h = &big;
     for (i = 0; i < cfg.threads; i++) {
         worker *w = &b.workers[i];
 
-        hist_merge(&sets, &w->set_h);
-        hist_merge(&gets, &w->get_h);
-        res.set_ops += w->set_ops;
-        res.get_ops += w->get_ops;
-        res.errors += w->errors;
-        res.hits += w->hits;
-        res.sleeps += w->sleeps;
-        res.misses += w->misses;
-        res.set_bytes += w->set_bytes;
-        res.get_bytes += w->get_bytes;
         if (w->first_error[0] && printed_errors < 5) {
             fprintf(stderr, PROG ": thread %u: %" PRIu64 " errors, first: %s\n", i, w->errors,
                     w->first_error);
             printed_errors++;
         }
+        res.errors += w->errors;
+        if (w->big) { /* on its own: the table is the small requests' */
+            hist_merge(&big, &w->set_h);
+            hist_merge(&big, &w->get_h);
+            res.big_sets = w->set_ops;
+            res.big_gets = w->get_ops;
+            res.big_ops = w->set_ops + w->get_ops;
+            res.big_hits = w->hits;
+            res.big_misses = w->misses;
+            res.big_value_bytes = w->value_bytes;
+            continue;
+        }
+        hist_merge(&sets, &w->set_h);
+        hist_merge(&gets, &w->get_h);
+        res.set_ops += w->set_ops;
+        res.get_ops += w->get_ops;
+        res.hits += w->hits;
+        res.sleeps += w->sleeps;
+        res.misses += w->misses;
+        res.set_bytes += w->set_bytes;
+        res.get_bytes += w->get_bytes;
+        res.value_bytes += w->value_bytes;
     }
     hist_merge(&all, &sets);
     hist_merge(&all, &gets);
@@ -3409,9 +3670,9 @@ int main(int argc, char **argv)
             ratio_or_nan((double)res.lib.commands_written, (double)res.lib.batches);
         res.fast_path_fraction =
             ratio_or_nan((double)res.lib.fast_path, (double)res.lib.requests);
-        if (lib_requests != res.ops)
+        if (lib_requests != res.ops + res.big_ops)
             fprintf(stderr, PROG ": note: the library counted %" PRIu64
-                    " requests for %" PRIu64 " calls\n", lib_requests, res.ops);
+                    " requests for %" PRIu64 " calls\n", lib_requests, res.ops + res.big_ops);
     }
 
     print_results(&cfg, &res);
@@ -3459,6 +3720,8 @@ int main(int argc, char **argv)
     pthread_mutex_destroy(&b.mu);
     free(b.workers);
     free(b.value);
+    free(b.big_value);
+    free(b.big_prefix);
     free(cfg.host);
     bconn_tls_cleanup();
 

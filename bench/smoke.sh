@@ -6,7 +6,8 @@
 # Starts one redis-server (tests/scripts/redis-node.sh) and a 3-master,
 # 0-replica cluster (tests/scripts/cluster.sh), runs the tool for a fraction
 # of a second in every mode (sync rcpipe and classic, --async-depth,
-# --pipeline, --rate-limiting, key patterns, --count-allocs) on both, and
+# --pipeline, --rate-limiting, key patterns, --count-allocs, --stream) on
+# both, and --big-thread on each, and
 # checks: exit 0, "ALL STATS" printed, the JSON parses, ops > 0, errors 0,
 # hits + misses == gets, the mode and the keys each option adds. Then checks
 # with DBSIZE that the key patterns and seeds choose the keys they promise,
@@ -82,8 +83,18 @@ def check(cond, what):
         sys.exit(f"smoke: {name}: {what}")
 for k in ("client", "threads", "ops_per_sec", "p50_us", "p99_us", "server_cpu_us_per_op",
           "sets", "gets", "totals", "series", "mode", "async_depth", "pipeline",
-          "rate_limit_per_thread", "offered_ops_per_sec", "key_pattern", "allocs_per_op"):
+          "rate_limit_per_thread", "offered_ops_per_sec", "key_pattern", "allocs_per_op",
+          "bytes_per_sec", "value_bytes", "peak_rss_kb", "stream", "big_thread"):
     check(k in d, f"key {k} missing")
+check(d["peak_rss_kb"] is not None and d["peak_rss_kb"] > 0, "peak_rss_kb missing")
+if d["sets"]["ops"] or d["gets"]["hits"]:
+    check(d["value_bytes"] > 0 and d["bytes_per_sec"] > 0, "no value bytes counted")
+check(d["stream"] == ("--stream" in args), f"stream {d['stream']}")
+if "--big-thread" in args:
+    bt = d["big_thread"]
+    check(bt is not None and bt["ops"] > 0 and bt["value_bytes"] > 0, f"big_thread {bt}")
+else:
+    check(d["big_thread"] is None, "big_thread without --big-thread")
 check(d["ops"] > 0, "no request completed")
 check(d["errors"] == 0, f"{d['errors']} errors")
 check(d["mode"] == mode, f"mode {d['mode']}, expected {mode}")
@@ -121,6 +132,8 @@ for target in "$single" "$seed"; do
     run "async callback refill ($target)" async -s "$target" --async-depth 8 --refill callback
     run "series ($target)" sync -s "$target" --rate-limiting 300 --series 5:15
     run "series classic ($target)" sync -s "$target" --rate-limiting 300 --series 2:4 --client classic
+    run "stream sync ($target)" sync -s "$target" --stream --ratio 1:3 -d 4096
+    run "stream async ($target)" async -s "$target" --stream --async-depth 8 -d 4096
     if [ -n "$have_libevent" ]; then
         run "classic async ($target)" async -s "$target" --async-depth 8 --client classic
     fi
@@ -140,6 +153,8 @@ for l in $loops; do
     fi
 done
 run "cluster mode forced" sync -s "$seed" --cluster-mode --key-pattern G
+run "big thread rcpipe" sync -s "$seed" --big-thread 262144 --ratio 1:3 --stream
+run "big thread classic" sync -s "$single" --big-thread 262144 --ratio 0:1 --client classic
 
 # Key choice, counted with DBSIZE on the single node (SETs only, one thread).
 dbsize() { "$REDIS_CLI" -h 127.0.0.1 -p "$node_port" dbsize; }
@@ -186,6 +201,10 @@ bad --series 5:15
 bad --series 15:5 --rate-limiting 10
 bad --series 5:15 --rate-limiting 10 --async-depth 4
 bad --count-allocs --client classic
+bad --stream --client classic
+bad --big-thread 1024 -t 1
+bad --big-thread 1024 --async-depth 4
+bad --big-thread 0
 bad --rate-limiting 0
 bad --rate-limiting 100 --pipeline 4
 bad --key-stddev 0
