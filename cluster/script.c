@@ -3,12 +3,14 @@
  * callback, by EVAL (EVAL_RO) with the body, which loads the script on
  * that node. The request's arguments are copied once, when it is sent, so
  * the fallback can be built after the caller has moved on. */
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "cluster_int.h"
+#include "cmdlist.h"
 #include "reply.h"
 #include "sha1.h"
 #include "waiter.h"
@@ -199,4 +201,52 @@ rcp_reply *rcp_cluster_script_run(rcp_cluster *cl, rcp_script *s, int flags, int
     return rcp__waiter_wait(
         &w, rcp_cluster_script_send(cl, &w.f, s, flags, nkeys, keys, keylens, nargs, args, arglens),
         "script refused");
+}
+
+/* rcp_cluster_script: the keys and arguments from a format, split as
+ * rcp_cluster_command splits one; the first nkeys words are the keys. */
+struct script_fmt {
+    rcp_cluster *cl;
+    rcp_script *s;
+    int flags, nkeys, words; /* words: the format's, when fewer than nkeys */
+    rcp_reply *r;
+};
+
+static int script_take(void *data, int argc, const char **argv, const size_t *argvlen)
+{
+    struct script_fmt *x = data;
+    if (x->nkeys > argc) {
+        x->words = argc;
+        return RCP_ERR_INVALID;
+    }
+    x->r = rcp_cluster_script_run(x->cl, x->s, x->flags, x->nkeys, argv, argvlen,
+                                  argc - x->nkeys, argv + x->nkeys, argvlen + x->nkeys);
+    return RCP_OK;
+}
+
+rcp_reply *rcp_cluster_script(rcp_cluster *cl, rcp_script *s, int flags, int nkeys,
+                              const char *fmt, ...)
+{
+    struct script_fmt x = {cl, s, flags, nkeys, -1, NULL};
+    va_list ap;
+    int rv;
+    char msg[160];
+    if (!fmt || nkeys < 0) {
+        snprintf(msg, sizeof msg, "rcp_cluster_script: %s",
+                 !fmt ? "the format is NULL" : "nkeys is negative");
+        return rcp__reply_error_new(RCP_ERR_INVALID, msg);
+    }
+    if (fmt[0] == '\0') /* no keys, no arguments */
+        return rcp_cluster_script_run(cl, s, flags, nkeys, NULL, NULL, 0, NULL, NULL);
+    va_start(ap, fmt);
+    rv = rcp__cmd_formatted(fmt, ap, script_take, &x);
+    va_end(ap);
+    if (rv == RCP_OK)
+        return x.r;
+    if (x.words >= 0)
+        snprintf(msg, sizeof msg, "rcp_cluster_script: nkeys %d but the format gave %d words",
+                 nkeys, x.words);
+    else
+        snprintf(msg, sizeof msg, "rcp_cluster_script: %s", rcp_strerror(rv));
+    return rcp__reply_error_new(rv, msg);
 }

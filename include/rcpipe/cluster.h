@@ -243,6 +243,14 @@ RCP_API rcp_reply *rcp_cluster_script_run(rcp_cluster *c, rcp_script *s, int fla
                                           const char **keys, const size_t *keylens, int nargs,
                                           const char **args, const size_t *arglens);
 
+/* Sync, the keys and arguments from a hiredis-style format, split into
+ * words as rcp_cluster_command does ("%s %s %d"): the first nkeys words are
+ * the keys, the rest the arguments. "" for neither. Always a reply the
+ * caller frees; RCP_ERR_INVALID if nkeys is negative or more than the
+ * words. */
+RCP_API rcp_reply *rcp_cluster_script(rcp_cluster *c, rcp_script *s, int flags, int nkeys,
+                                      const char *fmt, ...);
+
 /* Transactions (MULTI ... EXEC). Every key of every command must hash to
  * one slot (checked when added: RCP_ERR_CROSS_SLOT). rcp_txn_exec writes
  * MULTI, the commands and EXEC contiguously on the slot master's shared

@@ -232,9 +232,51 @@ START_TEST(test_fcall)
 }
 END_TEST
 
+/* rcp_cluster_script: keys and arguments from a format; the first nkeys
+ * words are the keys (routed by them), the rest the arguments. Keys in
+ * several slots, and nkeys past the words, are refused. */
+START_TEST(test_script_format)
+{
+    static const char body[] = "redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2]) "
+                               "return redis.call('GET', KEYS[1])";
+    rcp_script *s = rcp_script_new(body, sizeof body - 1);
+    char d[512];
+    rcp_reply *r;
+    int k;
+
+    ck_assert_ptr_nonnull(s);
+    h = rcpc_open_default(&cl);
+    for (k = 0; k < 50; k++) {
+        char key[32], want[48];
+        snprintf(key, sizeof key, "sf:%d", k);
+        snprintf(want, sizeof want, "v-%d", k * 7);
+        r = rcp_cluster_script(h, s, 0, 1, "%s v- %d", key, k * 7);
+        ck_assert_msg(rcpc_is_string(r, want), "%s: %s", key, rcptest_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        r = rcp_cluster_command(h, "GET %s", key);
+        ck_assert_msg(rcpc_is_string(r, want), "GET %s: %s", key, rcptest_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+    }
+    r = rcp_cluster_script(h, s, 0, 3, "%s %s", "a", "b");
+    ck_assert_int_eq(r->err, RCP_ERR_INVALID);
+    ck_assert_msg(strstr(r->str, "2 words") != NULL, "%s", r->str);
+    rcp_reply_free(r);
+    r = rcp_cluster_script(h, s, 0, 2, "{x}a b x y"); /* "{x}a" and "b": two slots */
+    ck_assert_int_eq(r->err, RCP_ERR_CROSS_SLOT);
+    rcp_reply_free(r);
+    r = rcp_cluster_script(h, s, 0, -1, "");
+    ck_assert_int_eq(r->err, RCP_ERR_INVALID);
+    rcp_reply_free(r);
+    rcp_cluster_close(h);
+    h = NULL;
+    rcp_script_free(s);
+}
+END_TEST
+
 static void add_tests(TCase *tc)
 {
-    RCPTEST_ADD(tc, test_readonly_keyless_crossslot, test_fcall, test_evalsha_fallback);
+    RCPTEST_ADD(tc, test_readonly_keyless_crossslot, test_fcall, test_evalsha_fallback,
+                test_script_format);
 }
 
 int main(void)
