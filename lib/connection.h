@@ -173,6 +173,9 @@ rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len
  * RCP_ERR_INVALID (NULL, unknown kind, no fn, fd < 0, NULL buf with
  * cap > 0). Any thread. */
 int rcp__sink_check(const rcp_sink *sink);
+/* RCP_OK if the source is one a request can stream its last argument
+ * from (rcpipe/conn.h, rcp_source), else RCP_ERR_INVALID. */
+int rcp__source_check(const rcp_source *src);
 /* rcp__conn_send_raw_until whose reply streams to sink (NULL: an ordinary
  * request). The sink MUST stay valid until f is resolved. A bulk reply
  * resolves f with its length (an integer reply) or RCP_ERR_SINK; any
