@@ -4,8 +4,12 @@
  * RCP_ERR_IO, the request queued behind it with RCP_ERR_NOT_SENT, and a
  * new connection serves. A deadline that passes mid-upload: the request
  * resolves with RCP_ERR_TIMEOUT, the connection is dropped the same way,
- * and the source is never called after its request resolved. */
+ * and the source is never called after its request resolved. A cancel:
+ * a source request queued behind an upload is taken back (UNSENT, its
+ * source never called), the one being uploaded is too late and
+ * completes. */
 #include <check.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -115,6 +119,64 @@ static void recovers(rcp_conn *c, sim_node *n)
     sim_assert_done(n, rcptest_scale(5000));
 }
 
+/* A source that stops at `gate` bytes until the test opens it: the
+ * upload is then surely in progress (the loop is inside the callback). */
+typedef struct gated_source {
+    rcp_source s;
+    uint64_t gate;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t stop_at; /* 0: never; else it ends (returns 0) there */
+    int at_gate, open;
+    atomic_long calls;
+} gated_source;
+
+static ssize_t gated_fn(void *ud, char *buf, size_t cap, uint64_t off)
+{
+    gated_source *g = ud;
+    atomic_fetch_add(&g->calls, 1);
+    if (off >= g->gate) {
+        pthread_mutex_lock(&g->mu);
+        g->at_gate = 1;
+        pthread_cond_broadcast(&g->cv);
+        while (!g->open)
+            pthread_cond_wait(&g->cv, &g->mu);
+        pthread_mutex_unlock(&g->mu);
+    }
+    if (g->stop_at && off + cap > g->stop_at)
+        cap = off >= g->stop_at ? 0 : (size_t)(g->stop_at - off);
+    memset(buf, 'g', cap);
+    return (ssize_t)cap;
+}
+
+static void gated_init(gated_source *g, size_t len, uint64_t gate)
+{
+    memset(g, 0, sizeof *g);
+    g->s.kind = RCP_SOURCE_CALLBACK;
+    g->s.len = len;
+    g->s.fn = gated_fn;
+    g->s.ud = g;
+    g->gate = gate;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+}
+
+static void gate_wait(gated_source *g)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!g->at_gate)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_open(gated_source *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
 static const char scenario[] = "accept\n"
                                "expect-close\n"
                                "expect GET after\n"
@@ -124,19 +186,22 @@ START_TEST(short_source_closes_mid_bulk)
 {
     sim_node *n = sim_new(NULL);
     rcp_conn *c;
-    src_fut a;
-    sim_fut b;
-    slow_source g;
+    sim_fut a, b;
+    gated_source g;
+    const char *set[2] = {"SET", "k"};
     const char *argv[2] = {"GET", "behind"};
     ck_assert_ptr_nonnull(n);
     sim_loadf(n, "%s", scenario);
     c = open_conn(n, rcptest_scale(5000));
-    slow_init(&g, 1024 * 1024);
+    gated_init(&g, 1024 * 1024, 128 * 1024);
     g.stop_at = 200000;
-    send_source(c, &a, &g, 0);
+    sim_fut_init(&a, 0);
+    ck_assert_int_eq(rcp_conn_send_argv_source(c, &a.f, 2, set, NULL, &g.s), RCP_OK);
+    gate_wait(&g); /* the upload is under way: the GET queues behind it */
     sim_fut_init(&b, 0);
     ck_assert_int_eq(rcp_conn_send_argv(c, &b.f, 2, argv, NULL), RCP_OK);
-    want_err(&a.sf, RCP_ERR_IO, "source ended at byte 200000 of 1048576");
+    gate_open(&g);
+    want_err(&a, RCP_ERR_IO, "source ended at byte 200000 of 1048576");
     ck_assert_msg(sim_fut_wait(&b, rcptest_scale(10000)) == 0, "the GET behind never resolved");
     ck_assert_msg(b.type == RCP_REPLY_ERROR && b.err == RCP_ERR_NOT_SENT, "behind: %s \"%s\"",
                   rcp_err_name(b.err), b.str);
@@ -144,9 +209,8 @@ START_TEST(short_source_closes_mid_bulk)
     /* The node never saw a complete SET, nor the GET behind it. */
     ck_assert_uint_eq(sim_count(n, "SET **"), 0);
     ck_assert_uint_eq(sim_count(n, "GET behind"), 0);
-    ck_assert_int_eq(atomic_load(&g.late_calls), 0);
     rcp_conn_close(c);
-    sim_fut_destroy(&a.sf);
+    sim_fut_destroy(&a);
     sim_fut_destroy(&b);
     sim_free(n);
 }
@@ -177,9 +241,48 @@ START_TEST(deadline_mid_upload_drops)
 }
 END_TEST
 
+START_TEST(cancel_queued_and_uploading)
+{
+    sim_node *n = sim_new(NULL);
+    rcp_conn *c;
+    sim_fut a, b;
+    gated_source ga, gb;
+    const char *argv[2] = {"SET", "k"};
+    ck_assert_ptr_nonnull(n);
+    sim_loadf(n, "on SET ** => send \"+OK\\r\\n\"\naccept\nexpect-close\n");
+    c = open_conn(n, rcptest_scale(5000));
+    gated_init(&ga, 1024 * 1024, 128 * 1024);
+    gated_init(&gb, 1000, 0);
+    sim_fut_init(&a, 0);
+    sim_fut_init(&b, 0);
+    ck_assert_int_eq(rcp_conn_send_argv_source(c, &a.f, 2, argv, NULL, &ga.s), RCP_OK);
+    gate_wait(&ga);
+    /* a is being uploaded: b queues behind it. */
+    ck_assert_int_eq(rcp_conn_send_argv_source(c, &b.f, 2, argv, NULL, &gb.s), RCP_OK);
+    ck_assert_int_eq(rcp_conn_cancel(c, &b.f), RCP_CANCEL_UNSENT);
+    ck_assert_int_eq(rcp_conn_cancel(c, &a.f), RCP_CANCEL_TOO_LATE);
+    gate_open(&ga);
+    ck_assert_msg(sim_fut_wait(&a, rcptest_scale(10000)) == 0, "a never resolved");
+    ck_assert_msg(a.type == RCP_REPLY_STATUS && strcmp(a.str, "OK") == 0, "a: %s \"%s\"",
+                  rcp_err_name(a.err), a.str);
+    ck_assert_msg(sim_fut_wait(&b, rcptest_scale(10000)) == 0, "b never resolved");
+    ck_assert_int_eq(b.err, RCP_ERR_CANCELLED);
+    ck_assert_int_eq(b.calls, 1);
+    ck_assert_int_eq(atomic_load(&gb.calls), 0);
+    ck_assert_uint_eq(sim_wait_count(n, "SET k *", 1, rcptest_scale(5000)), 1);
+    rcp_conn_close(c);
+    sim_assert_done(n, rcptest_scale(5000));
+    ck_assert_uint_eq(sim_count(n, "SET **"), 1);
+    sim_fut_destroy(&a);
+    sim_fut_destroy(&b);
+    sim_free(n);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("source");
-    RCPTEST_ADD(tc, short_source_closes_mid_bulk, deadline_mid_upload_drops);
+    RCPTEST_ADD(tc, short_source_closes_mid_bulk, deadline_mid_upload_drops,
+                cancel_queued_and_uploading);
     return sim_run("sim-source", tc);
 }
