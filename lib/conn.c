@@ -782,8 +782,10 @@ int rcp__conn_send_raw_until(struct rcp_conn *c, rcp_future *f, const char *raw,
     return rcp__conn_send_raw_sink(c, f, raw, len, asking, deadline, NULL);
 }
 
-int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
-                            int asking, uint64_t deadline, const rcp_sink *sink)
+/* One pre-formatted request with a deadline in ns, a sink, a source. */
+static int send_raw_one(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                        int asking, uint64_t deadline, const rcp_sink *sink,
+                        const rcp_source *src)
 {
     req_desc d;
     int rv;
@@ -794,10 +796,35 @@ int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, 
     d.has_until = 1;
     d.until = deadline;
     d.sink = sink;
+    d.src = src;
     call_enter(c);
     rv = enqueue_many(c, &d, 1, asking);
     call_leave(c);
     return rv;
+}
+
+int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                            int asking, uint64_t deadline, const rcp_sink *sink)
+{
+    return send_raw_one(c, f, raw, len, asking, deadline, sink, NULL);
+}
+
+int rcp__conn_send_raw_source(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                              uint64_t deadline, const rcp_source *src)
+{
+    return send_raw_one(c, f, raw, len, 0, deadline, NULL, src);
+}
+
+rcp_reply *rcp__conn_command_raw_source(struct rcp_conn *c, const char *raw, size_t len,
+                                        int timeout_ms, const rcp_source *src)
+{
+    rcp_reply *r;
+    if (rcp__loop_on_thread())
+        return on_loop_refusal();
+    call_enter(c);
+    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, 0, timeout_ms, NULL, src);
+    call_leave(c);
+    return r;
 }
 
 int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,

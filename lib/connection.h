@@ -182,6 +182,15 @@ int rcp__source_check(const rcp_source *src);
  * other reply as usual, the sink untouched. */
 int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
                             int asking, uint64_t deadline, const rcp_sink *sink);
+/* rcp__conn_send_raw_until of a command's head (its arguments but the
+ * last, then "$<len>\r\n": rcp__format_source_write) whose last argument
+ * streams from src (conn_source.c). The source MUST stay valid until f
+ * is resolved. RCP_ERR_NOT_SENT on f means no byte of it was pulled. */
+int rcp__conn_send_raw_source(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                              uint64_t deadline, const rcp_source *src);
+/* rcp__conn_command_raw of such a head and source (as above). */
+rcp_reply *rcp__conn_command_raw_source(struct rcp_conn *c, const char *raw, size_t len,
+                                        int timeout_ms, const rcp_source *src);
 /* rcp__conn_command_raw whose reply streams to sink (as above). */
 rcp_reply *rcp__conn_command_raw_sink(struct rcp_conn *c, const char *raw, size_t len, int asking,
                                       int timeout_ms, const rcp_sink *sink);
