@@ -231,8 +231,12 @@ static int cfut_submit(rcp__cfut *cf, int first)
         /* Read by a canceller on another thread: the node to look in. */
         __atomic_store_n(&cf->inner.data, node, __ATOMIC_RELAXED);
         /* The deadline as it is kept, in ns: no conversion per attempt. */
-        rv = rcp__conn_send_raw_sink(conn, &cf->inner, cf->rq.buf, cf->rq.len, cf->rq.asking,
-                                     cf->rq.deadline, cf->rq.sink);
+        if (cf->rq.src)
+            rv = rcp__conn_send_raw_source(conn, &cf->inner, cf->rq.buf, cf->rq.len,
+                                           cf->rq.deadline, cf->rq.src);
+        else
+            rv = rcp__conn_send_raw_sink(conn, &cf->inner, cf->rq.buf, cf->rq.len,
+                                         cf->rq.asking, cf->rq.deadline, cf->rq.sink);
         if (rv == RCP_OK) {
             rcp__cluster_unpin(conn);
             return RCP_OK;
@@ -323,7 +327,21 @@ static int async_one(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf, int a
                      const char **argv, const size_t *argvlen, char *fmtbuf, size_t fmtlen)
 {
     rcp__req *rq = &cf->rq;
-    if (fmtbuf) {
+    if (rq->src) {
+        /* The head only; the value streams from the source. */
+        size_t max = cl->node_opt.max_request_bytes;
+        rq->len = rcp__format_source_len(argc, argv, argvlen, rq->src->len);
+        if (rq->src->len > max || rq->len + 2 > max - rq->src->len) {
+            rcp__cfut_put(cl, cf);
+            return RCP_ERR_TOO_LARGE;
+        }
+        rq->buf = rq->len <= RCP__CFUT_INLINE ? cf->inl : rcp__malloc(rq->len);
+        if (!rq->buf) {
+            rcp__cfut_put(cl, cf);
+            return RCP_ERR_OOM;
+        }
+        rcp__format_source_write(rq->buf, argc, argv, argvlen, rq->src->len);
+    } else if (fmtbuf) {
         rq->buf = fmtbuf; /* given back with cf */
         rq->len = fmtlen;
     } else if ((rq->len = rcp__format_try(cf->inl, RCP__CFUT_INLINE, argc, argv, argvlen))) {
@@ -351,7 +369,7 @@ static int async_one(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf, int a
  * (RCP_ERR_UNSUPPORTED). */
 static int async_route(struct rcp_cluster *cl, rcp_future *f, int policy, int argc,
                        const char **argv, const size_t *argvlen, char *fmtbuf, size_t fmtlen,
-                       const rcp_sink *sink)
+                       const rcp_sink *sink, const rcp_source *src)
 {
     rcp__req rq;
     rcp__cfut *cf;
@@ -365,11 +383,13 @@ static int async_route(struct rcp_cluster *cl, rcp_future *f, int policy, int ar
         return RCP_ERR_OOM;
     }
     cf->rq.policy = policy;
-    kind = rcp__classify(cl, argc, argv, argvlen, &cf->rq, &code, &why);
     cf->rq.sink = sink;
+    cf->rq.src = src;
+    kind = src ? rcp__classify_source(cl, argc, argv, argvlen, &cf->rq, &code, &why)
+               : rcp__classify(cl, argc, argv, argvlen, &cf->rq, &code, &why);
     if (kind == RCP__ROUTE_ONE)
         return async_one(cl, f, cf, argc, argv, argvlen, fmtbuf, fmtlen);
-    if (sink && kind != RCP__ROUTE_REFUSED) {
+    if ((sink || src) && kind != RCP__ROUTE_REFUSED) {
         kind = RCP__ROUTE_REFUSED;
         code = RCP_ERR_UNSUPPORTED;
     }
@@ -395,12 +415,12 @@ int rcp__async_argv(struct rcp_cluster *cl, rcp_future *f, int policy, int argc,
 {
     if (atomic_load(&cl->closing))
         return RCP_ERR_CLOSED;
-    return async_route(cl, f, policy, argc, argv, argvlen, NULL, 0, NULL);
+    return async_route(cl, f, policy, argc, argv, argvlen, NULL, 0, NULL, NULL);
 }
 
 /* The argv entries, with or without a sink. */
 static int send_argv(rcp_cluster *cl, rcp_future *f, int policy, int argc, const char **argv,
-                     const size_t *argvlen, const rcp_sink *sink)
+                     const size_t *argvlen, const rcp_sink *sink, const rcp_source *src)
 {
     int i;
     if (!cl || !f || !f->resolve || argc < 1 || !argv || policy < -1 || policy > RCP_READ_NEAREST)
@@ -410,19 +430,19 @@ static int send_argv(rcp_cluster *cl, rcp_future *f, int policy, int argc, const
             return RCP_ERR_INVALID;
     if (atomic_load(&cl->closing))
         return RCP_ERR_CLOSED;
-    return async_route(cl, f, policy, argc, argv, argvlen, NULL, 0, sink);
+    return async_route(cl, f, policy, argc, argv, argvlen, NULL, 0, sink, src);
 }
 
 int rcp_cluster_send_argv_policy(rcp_cluster *cl, rcp_future *f, int policy, int argc,
                                  const char **argv, const size_t *argvlen)
 {
-    return send_argv(cl, f, policy, argc, argv, argvlen, NULL);
+    return send_argv(cl, f, policy, argc, argv, argvlen, NULL, NULL);
 }
 
 int rcp_cluster_send_argv(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
                           const size_t *argvlen)
 {
-    return send_argv(cl, f, -1, argc, argv, argvlen, NULL);
+    return send_argv(cl, f, -1, argc, argv, argvlen, NULL, NULL);
 }
 
 int rcp_cluster_send_argv_sink(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
@@ -430,7 +450,15 @@ int rcp_cluster_send_argv_sink(rcp_cluster *cl, rcp_future *f, int argc, const c
 {
     if (rcp__sink_check(sink) != RCP_OK)
         return RCP_ERR_INVALID;
-    return send_argv(cl, f, -1, argc, argv, argvlen, sink);
+    return send_argv(cl, f, -1, argc, argv, argvlen, sink, NULL);
+}
+
+int rcp_cluster_send_argv_source(rcp_cluster *cl, rcp_future *f, int argc, const char **argv,
+                                 const size_t *argvlen, const rcp_source *src)
+{
+    if (rcp__source_check(src) != RCP_OK)
+        return RCP_ERR_INVALID;
+    return send_argv(cl, f, -1, argc, argv, argvlen, NULL, src);
 }
 
 int rcp_cluster_sendv(rcp_cluster *cl, rcp_future *f, const char *fmt, va_list ap)
@@ -445,7 +473,7 @@ int rcp_cluster_sendv(rcp_cluster *cl, rcp_future *f, const char *fmt, va_list a
     rv = rcp__format_command(&cmd, fmt, ap, &why);
     if (rv != RCP_OK)
         return rv;
-    return async_route(cl, f, -1, cmd.argc, cmd.argv, cmd.argvlen, cmd.buf, cmd.len, NULL);
+    return async_route(cl, f, -1, cmd.argc, cmd.argv, cmd.argvlen, cmd.buf, cmd.len, NULL, NULL);
 }
 
 int rcp_cluster_send(rcp_cluster *cl, rcp_future *f, const char *fmt, ...)

@@ -123,3 +123,24 @@ rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **arg
     *why = NULL;
     return screen == RCP_ERR_BLOCKING_COMMAND ? RCP__ROUTE_BLOCKING : RCP__ROUTE_ONE;
 }
+
+rcp__route_kind rcp__classify_source(struct rcp_cluster *cl, int argc, const char **argv,
+                                     const size_t *argvlen, rcp__req *rq, int *code,
+                                     const char **why)
+{
+    const char *av[64];
+    size_t al[64];
+    int i;
+    if (argc < 1 || argc >= 64) {
+        *code = argc < 1 ? RCP_ERR_INVALID : RCP_ERR_UNSUPPORTED;
+        *why = argc < 1 ? NULL : "a streamed write takes at most 63 arguments before its source";
+        return RCP__ROUTE_REFUSED;
+    }
+    for (i = 0; i < argc; i++) {
+        av[i] = argv[i];
+        al[i] = argvlen ? argvlen[i] : strlen(argv[i]);
+    }
+    av[argc] = "";
+    al[argc] = 0;
+    return rcp__classify(cl, argc + 1, av, al, rq, code, why);
+}

@@ -134,6 +134,9 @@ typedef struct rcp__req {
     int asking;
     const rcp_sink *sink; /* the reply streams there on every attempt (the caller's; NULL:
                            * none); a streamed read is never resent once written */
+    const rcp_source *src; /* the last argument streams from there (buf holds the head,
+                            * rcp__format_source_write); resent only if not a byte of it
+                            * was pulled (RCP_ERR_NOT_SENT) */
 } rcp__req;
 
 /* A request waiting on the refresher's queue for a delayed retry
@@ -343,6 +346,12 @@ typedef enum rcp__route_kind {
  * next refusal. */
 rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **argv,
                               const size_t *argvlen, rcp__req *rq, int *code, const char **why);
+/* rcp__classify of a command whose last argument streams from rq->src:
+ * argv holds the others; the source stands in as an empty argument, so
+ * the command table sees the whole command (SET key <value>). */
+rcp__route_kind rcp__classify_source(struct rcp_cluster *cl, int argc, const char **argv,
+                                     const size_t *argvlen, rcp__req *rq, int *code,
+                                     const char **why);
 
 /* retry.c: the one place that says what an attempt's answer means. */
 enum { RCP__ACT_DONE, RCP__ACT_RESEND, RCP__ACT_LATER, RCP__ACT_FAIL };

@@ -51,8 +51,12 @@ static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
             }
             r = rcp__reply_error_new(code, "no connection to the slot's node");
         } else {
-            r = rcp__conn_command_raw_sink(conn, rq->buf, rq->len, rq->asking,
-                                           rcp__req_remaining_ms(rq), rq->sink);
+            if (rq->src)
+                r = rcp__conn_command_raw_source(conn, rq->buf, rq->len,
+                                                 rcp__req_remaining_ms(rq), rq->src);
+            else
+                r = rcp__conn_command_raw_sink(conn, rq->buf, rq->len, rq->asking,
+                                               rcp__req_remaining_ms(rq), rq->sink);
             rcp__cluster_unpin(conn);
         }
         act = rcp__retry_decide(cl, rq, node, r, &delay, &code, msg, sizeof msg);
@@ -80,7 +84,7 @@ static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
  * sink, only a one-request command (as async_route). */
 static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, const char **argv,
                              const size_t *argvlen, char *fmtbuf, size_t fmtlen,
-                             const rcp_sink *sink)
+                             const rcp_sink *sink, const rcp_source *src)
 {
     rcp__req rq;
     const char *why;
@@ -92,12 +96,14 @@ static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, c
     memset(&rq, 0, sizeof rq);
     rq.policy = -1;
     rq.sink = sink;
-    kind = rcp__classify(cl, argc, argv, argvlen, &rq, &code, &why);
-    if (sink && (kind == RCP__ROUTE_SPLIT || kind == RCP__ROUTE_BLOCKING)) {
+    rq.src = src;
+    kind = src ? rcp__classify_source(cl, argc, argv, argvlen, &rq, &code, &why)
+               : rcp__classify(cl, argc, argv, argvlen, &rq, &code, &why);
+    if ((sink || src) && (kind == RCP__ROUTE_SPLIT || kind == RCP__ROUTE_BLOCKING)) {
         kind = RCP__ROUTE_REFUSED;
         code = RCP_ERR_UNSUPPORTED;
-        why = "a streamed read must be one request to one node: not a multi-key command across "
-              "slots, not a blocking command";
+        why = "a streamed read or write must be one request to one node: not a multi-key "
+              "command across slots, not a blocking command";
     }
     switch (kind) {
     case RCP__ROUTE_ONE:
@@ -114,7 +120,17 @@ static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, c
         rcp__free(fmtbuf);
         return sync_error_reply(code, why);
     }
-    if (fmtbuf) {
+    if (src) {
+        /* The head only; the value streams from the source. */
+        size_t max = cl->node_opt.max_request_bytes;
+        rq.len = rcp__format_source_len(argc, argv, argvlen, src->len);
+        if (src->len > max || rq.len + 2 > max - src->len)
+            return sync_error_reply(RCP_ERR_TOO_LARGE, NULL);
+        rq.buf = rq.len <= sizeof stackbuf ? stackbuf : rcp__malloc(rq.len);
+        if (!rq.buf)
+            return sync_error_reply(RCP_ERR_OOM, NULL);
+        rcp__format_source_write(rq.buf, argc, argv, argvlen, src->len);
+    } else if (fmtbuf) {
         rq.buf = fmtbuf;
         rq.len = fmtlen;
     } else if ((rq.len = rcp__format_try(stackbuf, sizeof stackbuf, argc, argv, argvlen))) {
@@ -153,7 +169,7 @@ static rcp_reply *sync_refusal(rcp_cluster *cl, const char *what)
 
 /* The argv entries, with or without a sink. */
 static rcp_reply *sync_argv(rcp_cluster *cl, int timeout_ms, int argc, const char **argv,
-                            const size_t *argvlen, const rcp_sink *sink)
+                            const size_t *argvlen, const rcp_sink *sink, const rcp_source *src)
 {
     rcp_reply *r;
     int i;
@@ -167,7 +183,7 @@ static rcp_reply *sync_argv(rcp_cluster *cl, int timeout_ms, int argc, const cha
     if ((r = sync_refusal(cl, "rcp_cluster_command")))
         return r;
     atomic_fetch_add(&cl->active_calls, 1);
-    r = sync_route(cl, timeout_ms, argc, argv, argvlen, NULL, 0, sink);
+    r = sync_route(cl, timeout_ms, argc, argv, argvlen, NULL, 0, sink, src);
     atomic_fetch_sub(&cl->active_calls, 1);
     return r;
 }
@@ -175,13 +191,13 @@ static rcp_reply *sync_argv(rcp_cluster *cl, int timeout_ms, int argc, const cha
 rcp_reply *rcp_cluster_command_argv_timeout(rcp_cluster *cl, int timeout_ms, int argc,
                                             const char **argv, const size_t *argvlen)
 {
-    return sync_argv(cl, timeout_ms, argc, argv, argvlen, NULL);
+    return sync_argv(cl, timeout_ms, argc, argv, argvlen, NULL, NULL);
 }
 
 rcp_reply *rcp_cluster_command_argv(rcp_cluster *cl, int argc, const char **argv,
                                     const size_t *argvlen)
 {
-    return sync_argv(cl, 0, argc, argv, argvlen, NULL);
+    return sync_argv(cl, 0, argc, argv, argvlen, NULL, NULL);
 }
 
 rcp_reply *rcp_cluster_command_argv_sink(rcp_cluster *cl, int argc, const char **argv,
@@ -189,7 +205,15 @@ rcp_reply *rcp_cluster_command_argv_sink(rcp_cluster *cl, int argc, const char *
 {
     if (!sink)
         return sync_error_reply(RCP_ERR_INVALID, "rcp_cluster_command_argv_sink: NULL sink");
-    return sync_argv(cl, 0, argc, argv, argvlen, sink);
+    return sync_argv(cl, 0, argc, argv, argvlen, sink, NULL);
+}
+
+rcp_reply *rcp_cluster_command_argv_source(rcp_cluster *cl, int argc, const char **argv,
+                                           const size_t *argvlen, const rcp_source *src)
+{
+    if (cl && rcp__source_check(src) != RCP_OK)
+        return sync_error_reply(RCP_ERR_INVALID, "rcp_cluster_command_argv_source: invalid source");
+    return sync_argv(cl, 0, argc, argv, argvlen, NULL, src);
 }
 
 rcp_reply *rcp_cluster_commandv_timeout(rcp_cluster *cl, int timeout_ms, const char *fmt,
@@ -206,7 +230,8 @@ rcp_reply *rcp_cluster_commandv_timeout(rcp_cluster *cl, int timeout_ms, const c
     if (rv != RCP_OK)
         r = sync_error_reply(rv, why);
     else
-        r = sync_route(cl, timeout_ms, cmd.argc, cmd.argv, cmd.argvlen, cmd.buf, cmd.len, NULL);
+        r = sync_route(cl, timeout_ms, cmd.argc, cmd.argv, cmd.argvlen, cmd.buf, cmd.len, NULL,
+                       NULL);
     atomic_fetch_sub(&cl->active_calls, 1);
     return r;
 }

@@ -54,13 +54,14 @@ void rcp_conn_options_init(rcp_conn_options *o)
 /* Mutex held. Append one slot; bytes must already be in the pending buffer. */
 /* Returns 1 if the deadline lowered the connection's timer. */
 static int push_slot(struct rcp_conn *c, rcp_future *f, uint64_t deadline, size_t len,
-                     const rcp_sink *sink, unsigned flags)
+                     const rcp_sink *sink, const rcp_source *src, unsigned flags)
 {
     rcp__slot *s = &c->ring[c->tail & c->mask];
     s->f = f;
     s->deadline = deadline;
     s->len = len;
     s->sink = sink;
+    s->src = src;
     conn_sink_count(c, sink);
     s->flags = flags;
     c->tail++;
@@ -163,6 +164,7 @@ static void conn_free(struct rcp_conn *c)
     rcp__free(c->scratch);
     rcp__free(c->pend);
     rcp__free(c->wbuf);
+    rcp__free(c->so.buf);
     rcp__free(c->rbuf);
     rcp__free(c->host);
     rcp__free(c->username);
@@ -512,6 +514,8 @@ typedef struct req_desc {
     int has_until;
     uint64_t until;
     const rcp_sink *sink; /* its reply streams there (conn_sink.c); NULL: none */
+    const rcp_source *src; /* its last argument streams from there (conn_source.c): len
+                            * is then its head's, formatted from argv */
 } req_desc;
 
 /* A request's deadline; reads the clock (into *now, once) only for a
@@ -532,16 +536,19 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
 {
     uint64_t now = 0, deadline = 0, first;
     size_t extra = asking ? ASKING_LEN : 0, total = extra, i;
-    int rv, ring = 0, lowered = 0;
+    int rv, ring = 0, lowered = 0, sources = 0;
 
     for (i = 0; i < n; i++) {
         uint64_t dl = desc_deadline(c, &d[i], &now);
         total += d[i].len;
+        sources |= d[i].src != NULL;
         if (dl && (!deadline || dl < deadline))
             deadline = dl;
     }
     if (n + (asking ? 1 : 0) > c->opt.max_inflight)
         return RCP_ERR_TOO_LARGE;
+    if (sources && asking)
+        return RCP_ERR_INVALID; /* not built: a source request is never glued (conn_io.c expire) */
     pthread_mutex_lock(&c->mu);
     rv = wait_room(c, total, (unsigned)(n + (asking ? 1 : 0)), deadline);
     if (rv != RCP_OK) {
@@ -556,19 +563,22 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
     if (asking) {
         memcpy(c->pend + c->pend_len, asking_cmd, ASKING_LEN);
         c->pend_len += ASKING_LEN;
-        push_slot(c, &asking_future, 0, ASKING_LEN, NULL, 0);
+        push_slot(c, &asking_future, 0, ASKING_LEN, NULL, NULL, 0);
     }
     for (i = 0; i < n; i++) {
         if (d[i].raw)
             memcpy(c->pend + c->pend_len, d[i].raw, d[i].len);
+        else if (d[i].src)
+            rcp__format_source_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen,
+                                     d[i].src->len);
         else
             rcp__format_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen);
         c->pend_len += d[i].len;
         lowered |= push_slot(c, d[i].f, desc_deadline(c, &d[i], &now), d[i].len, d[i].sink,
-                             asking && i == 0 ? RCP__SLOT_GLUED : 0);
+                             d[i].src, asking && i == 0 ? RCP__SLOT_GLUED : 0);
     }
     conn_stat_add(&c->st.requests, n);
-    if (caller_may_write(c, first)) {
+    if (!sources && caller_may_write(c, first)) { /* a source is the loop's to write */
         rcp__conn_caller_flush(c, lowered); /* unlocks */
         return RCP_OK;
     }
@@ -596,7 +606,7 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
 
 int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,
                       const size_t *argvlen, const char *raw, size_t len, int asking,
-                      const rcp_sink *sink)
+                      const rcp_sink *sink, const rcp_source *src)
 {
     req_desc d;
     d.f = f;
@@ -608,11 +618,12 @@ int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **
     d.has_until = 0;
     d.until = 0;
     d.sink = sink;
+    d.src = src;
     return enqueue_many(c, &d, 1, asking);
 }
 
-static int precheck(rcp_conn *c, int argc, const char **argv, const size_t *argvlen, size_t *len,
-                    const char **why)
+static int precheck(rcp_conn *c, int argc, const char **argv, const size_t *argvlen,
+                    const rcp_source *src, size_t *len, const char **why)
 {
     int i;
     *why = NULL;
@@ -624,6 +635,14 @@ static int precheck(rcp_conn *c, int argc, const char **argv, const size_t *argv
     i = rcp__command_check(argc, argv, argvlen, why);
     if (i != RCP_OK)
         return i;
+    if (src) {
+        /* The head only goes to the pending buffer; the whole command
+         * (value and CRLF included) is what max_request_bytes bounds. */
+        *len = rcp__format_source_len(argc, argv, argvlen, src->len);
+        if (src->len > c->opt.max_request_bytes || *len + 2 > c->opt.max_request_bytes - src->len)
+            return RCP_ERR_TOO_LARGE;
+        return RCP_OK;
+    }
     *len = rcp__format_len(argc, argv, argvlen);
     if (*len > c->opt.max_request_bytes)
         return RCP_ERR_TOO_LARGE;
@@ -665,7 +684,7 @@ static int format_fmt(rcp_conn *c, const char *fmt, va_list ap, char **buf, size
  * entry point keeps the one call level it had before they shared this. */
 __attribute__((always_inline)) static inline int
 public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_t *argvlen,
-            const char *fmt, va_list *ap, const rcp_sink *sink)
+            const char *fmt, va_list *ap, const rcp_sink *sink, const rcp_source *src)
 {
     char *buf = NULL;
     size_t len;
@@ -678,9 +697,9 @@ public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_
     if (ap)
         rv = format_fmt(c, fmt, *ap, &buf, &len, &why);
     else
-        rv = precheck(c, argc, argv, argvlen, &len, &why);
+        rv = precheck(c, argc, argv, argvlen, src, &len, &why);
     if (rv == RCP_OK)
-        rv = rcp__conn_enqueue(c, f, argc, argv, argvlen, buf, len, 0, sink);
+        rv = rcp__conn_enqueue(c, f, argc, argv, argvlen, buf, len, 0, sink, src);
     if (buf)
         rcp__free(buf);
     call_leave(c);
@@ -690,7 +709,7 @@ public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_
 int rcp_conn_send_argv(rcp_conn *c, rcp_future *f, int argc, const char **argv,
                        const size_t *argvlen)
 {
-    return public_send(c, f, argc, argv, argvlen, NULL, NULL, NULL);
+    return public_send(c, f, argc, argv, argvlen, NULL, NULL, NULL, NULL);
 }
 
 int rcp_conn_send_argv_sink(rcp_conn *c, rcp_future *f, int argc, const char **argv,
@@ -698,7 +717,15 @@ int rcp_conn_send_argv_sink(rcp_conn *c, rcp_future *f, int argc, const char **a
 {
     if (rcp__sink_check(sink) != RCP_OK)
         return RCP_ERR_INVALID;
-    return public_send(c, f, argc, argv, argvlen, NULL, NULL, sink);
+    return public_send(c, f, argc, argv, argvlen, NULL, NULL, sink, NULL);
+}
+
+int rcp_conn_send_argv_source(rcp_conn *c, rcp_future *f, int argc, const char **argv,
+                              const size_t *argvlen, const rcp_source *src)
+{
+    if (rcp__source_check(src) != RCP_OK)
+        return RCP_ERR_INVALID;
+    return public_send(c, f, argc, argv, argvlen, NULL, NULL, NULL, src);
 }
 
 int rcp_conn_sendv(rcp_conn *c, rcp_future *f, const char *fmt, va_list ap)
@@ -706,7 +733,7 @@ int rcp_conn_sendv(rcp_conn *c, rcp_future *f, const char *fmt, va_list ap)
     va_list cp;
     int rv;
     va_copy(cp, ap); /* a va_list parameter may be an array: pass a copy's address */
-    rv = public_send(c, f, 0, NULL, NULL, fmt, &cp, NULL);
+    rv = public_send(c, f, 0, NULL, NULL, fmt, &cp, NULL, NULL);
     va_end(cp);
     return rv;
 }
@@ -744,7 +771,7 @@ int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_
 {
     int rv;
     call_enter(c);
-    rv = rcp__conn_enqueue(c, f, 0, NULL, NULL, raw, len, asking, NULL);
+    rv = rcp__conn_enqueue(c, f, 0, NULL, NULL, raw, len, asking, NULL, NULL);
     call_leave(c);
     return rv;
 }
@@ -755,8 +782,10 @@ int rcp__conn_send_raw_until(struct rcp_conn *c, rcp_future *f, const char *raw,
     return rcp__conn_send_raw_sink(c, f, raw, len, asking, deadline, NULL);
 }
 
-int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
-                            int asking, uint64_t deadline, const rcp_sink *sink)
+/* One pre-formatted request with a deadline in ns, a sink, a source. */
+static int send_raw_one(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                        int asking, uint64_t deadline, const rcp_sink *sink,
+                        const rcp_source *src)
 {
     req_desc d;
     int rv;
@@ -767,10 +796,35 @@ int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, 
     d.has_until = 1;
     d.until = deadline;
     d.sink = sink;
+    d.src = src;
     call_enter(c);
     rv = enqueue_many(c, &d, 1, asking);
     call_leave(c);
     return rv;
+}
+
+int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                            int asking, uint64_t deadline, const rcp_sink *sink)
+{
+    return send_raw_one(c, f, raw, len, asking, deadline, sink, NULL);
+}
+
+int rcp__conn_send_raw_source(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                              uint64_t deadline, const rcp_source *src)
+{
+    return send_raw_one(c, f, raw, len, 0, deadline, NULL, src);
+}
+
+rcp_reply *rcp__conn_command_raw_source(struct rcp_conn *c, const char *raw, size_t len,
+                                        int timeout_ms, const rcp_source *src)
+{
+    rcp_reply *r;
+    if (rcp__loop_on_thread())
+        return on_loop_refusal();
+    call_enter(c);
+    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, 0, timeout_ms, NULL, src);
+    call_leave(c);
+    return r;
 }
 
 int rcp__conn_send_group(struct rcp_conn *c, size_t n, rcp_future *const *f,
@@ -813,7 +867,7 @@ rcp_reply *rcp__conn_command_raw_sink(struct rcp_conn *c, const char *raw, size_
     if (rcp__loop_on_thread())
         return on_loop_refusal();
     call_enter(c);
-    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, asking, timeout_ms, sink);
+    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, asking, timeout_ms, sink, NULL);
     call_leave(c);
     return r;
 }
@@ -838,7 +892,7 @@ uint64_t rcp__conn_outstanding(struct rcp_conn *c)
  * set), run it. Always inlined, as public_send. */
 __attribute__((always_inline)) static inline rcp_reply *
 public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const size_t *argvlen,
-               const char *fmt, va_list *ap, const rcp_sink *sink)
+               const char *fmt, va_list *ap, const rcp_sink *sink, const rcp_source *src)
 {
     char *buf = NULL;
     size_t len;
@@ -856,11 +910,11 @@ public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const s
     if (ap)
         rv = format_fmt(c, fmt, *ap, &buf, &len, &why);
     else
-        rv = precheck(c, argc, argv, argvlen, &len, &why);
+        rv = precheck(c, argc, argv, argvlen, src, &len, &why);
     if (rv != RCP_OK)
         r = rcp__conn_error_reply(rv, why, "request refused");
     else
-        r = rcp__conn_sync_command(c, argc, argv, argvlen, buf, len, 0, 0, sink);
+        r = rcp__conn_sync_command(c, argc, argv, argvlen, buf, len, 0, 0, sink, src);
     if (buf)
         rcp__free(buf);
     call_leave(c);
@@ -869,7 +923,7 @@ public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const s
 
 rcp_reply *rcp_conn_command_argv(rcp_conn *c, int argc, const char **argv, const size_t *argvlen)
 {
-    return public_command(c, "rcp_conn_command_argv", argc, argv, argvlen, NULL, NULL, NULL);
+    return public_command(c, "rcp_conn_command_argv", argc, argv, argvlen, NULL, NULL, NULL, NULL);
 }
 
 rcp_reply *rcp_conn_command_argv_sink(rcp_conn *c, int argc, const char **argv,
@@ -878,7 +932,18 @@ rcp_reply *rcp_conn_command_argv_sink(rcp_conn *c, int argc, const char **argv,
     if (rcp__sink_check(sink) != RCP_OK)
         return rcp__conn_error_reply(RCP_ERR_INVALID, "rcp_conn_command_argv_sink: invalid sink",
                                      NULL);
-    return public_command(c, "rcp_conn_command_argv_sink", argc, argv, argvlen, NULL, NULL, sink);
+    return public_command(c, "rcp_conn_command_argv_sink", argc, argv, argvlen, NULL, NULL, sink,
+                          NULL);
+}
+
+rcp_reply *rcp_conn_command_argv_source(rcp_conn *c, int argc, const char **argv,
+                                        const size_t *argvlen, const rcp_source *src)
+{
+    if (rcp__source_check(src) != RCP_OK)
+        return rcp__conn_error_reply(RCP_ERR_INVALID,
+                                     "rcp_conn_command_argv_source: invalid source", NULL);
+    return public_command(c, "rcp_conn_command_argv_source", argc, argv, argvlen, NULL, NULL,
+                          NULL, src);
 }
 
 rcp_reply *rcp_conn_commandv(rcp_conn *c, const char *fmt, va_list ap)
@@ -886,7 +951,7 @@ rcp_reply *rcp_conn_commandv(rcp_conn *c, const char *fmt, va_list ap)
     va_list cp;
     rcp_reply *r;
     va_copy(cp, ap); /* a va_list parameter may be an array: pass a copy's address */
-    r = public_command(c, "rcp_conn_command", 0, NULL, NULL, fmt, &cp, NULL);
+    r = public_command(c, "rcp_conn_command", 0, NULL, NULL, fmt, &cp, NULL, NULL);
     va_end(cp);
     return r;
 }

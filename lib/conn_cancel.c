@@ -20,7 +20,9 @@
  *                 replies stay matched to their requests (a streamed value
  *                 that arrives for it is discarded, conn_sink.c: its sink
  *                 is never touched). A value already streaming to its sink
- *                 cannot be stopped from here: too late.
+ *                 cannot be stopped from here: too late. So is a request
+ *                 whose value is being written from its source
+ *                 (conn_source.c): its source is read until it resolves.
  * The future is resolved on the cancelling thread, after the mutex is
  * released: a cancel from a resolve callback (the loop thread) is as safe
  * as one from any other thread. */
@@ -29,9 +31,8 @@
 
 #include "conn_int.h"
 
-/* Mutex held. Cut the pending requests [i, j) out: their bytes from the
- * pending buffer, their slots from the ring (the later ones move down). */
-static void conn_cut_pending(struct rcp_conn *c, uint64_t i, uint64_t j)
+/* Cut pending requests out (conn_int.h). */
+void rcp__conn_cut_pending(struct rcp_conn *c, uint64_t i, uint64_t j)
 {
     size_t off = c->pend_off, len = 0;
     uint64_t k;
@@ -65,11 +66,13 @@ int rcp__conn_cancel(struct rcp_conn *c, rcp_future *f)
         if (c->ring[(i - 1) & c->mask].f == f)
             break;
     if (i == c->head || (c->fast_active && i - 1 == c->fast_idx) ||
-        !rcp__conn_sink_abandon(c, i - 1, 0)) {
+        (c->so.on && i - 1 == c->so.idx) || !rcp__conn_sink_abandon(c, i - 1, 0)) {
         /* Resolved or being resolved; or the sync caller on the socket's
          * own request (never an async future: it is not ours to take); or
          * its value is streaming to its sink on the socket's owner, which
-         * alone could stop it: it is being resolved. */
+         * alone could stop it: it is being resolved. Or its value is
+         * being written from its source: the upload cannot stop in step,
+         * and the source is read until it resolves. */
         pthread_mutex_unlock(&c->mu);
         return RCP_CANCEL_TOO_LATE;
     }
@@ -78,7 +81,7 @@ int rcp__conn_cancel(struct rcp_conn *c, rcp_future *f)
         rcp__slot *s = &c->ring[i & c->mask];
         uint64_t from = s->flags & RCP__SLOT_GLUED ? i - 1 : i;
         if (i >= c->taken && from >= c->taken && !(s->flags & RCP__SLOT_PARTIAL)) {
-            conn_cut_pending(c, from, i + 1);
+            rcp__conn_cut_pending(c, from, i + 1);
             rv = RCP_CANCEL_UNSENT;
         } else {
             s->f = NULL;

@@ -78,8 +78,10 @@ static unsigned next_backoff(struct rcp_conn *c)
 /* Resolves everything outstanding and drops the socket (conn_int.h). */
 void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
 {
-    char written_msg[400], unsent_msg[400];
+    char written_msg[400], unsent_msg[400], source_msg[700];
     uint64_t i, n_written = 0, n = 0;
+    rcp_future *source_f = NULL;
+    int source_code = 0;
     int was_state, closing;
     int written_code = code == RCP_ERR_CLOSED ? RCP_ERR_CLOSED : RCP_ERR_IO;
     int unsent_code = code == RCP_ERR_CLOSED ? RCP_ERR_CLOSED : RCP_ERR_NOT_SENT;
@@ -96,7 +98,27 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
     snprintf(c->last_err, sizeof c->last_err, "%s: %s", c->addr, cause);
     for (i = c->head; i < c->tail; i++) {
         rcp__slot *s = &c->ring[i & c->mask];
-        if (s->f) {
+        if (s->f && c->so.on && i == c->so.idx) {
+            /* A value being written from its source: never complete on
+             * the server. Once a byte was pulled the source may not be
+             * readable again, so it is not NOT_SENT (which a cluster
+             * resends): RCP_ERR_IO, with the source's own failure if
+             * that is why we are here. */
+            source_f = s->f;
+            s->f = NULL;
+            source_code = code == RCP_ERR_CLOSED ? RCP_ERR_CLOSED
+                          : c->so.off || c->so.why[0] ? RCP_ERR_IO
+                                                      : unsent_code;
+            if (c->so.why[0])
+                snprintf(source_msg, sizeof source_msg,
+                         "%s: %s (the connection was dropped mid-value: nothing was stored)",
+                         c->addr, c->so.why);
+            else
+                snprintf(source_msg, sizeof source_msg,
+                         "%s: %s (while its value was being written, at byte %llu of %zu: "
+                         "not stored)",
+                         c->addr, cause, (unsigned long long)c->so.off, c->so.src->len);
+        } else if (s->f) {
             if (i < c->wr)
                 n_written++;
             c->scratch[n++] = s->f;
@@ -107,6 +129,7 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
     c->head = c->wr = c->taken = c->tail = 0;
     c->pend_len = c->pend_off = 0;
     c->wlen = c->woff = c->wslot_off = 0;
+    rcp__conn_source_reset(c);
     c->wake_pending = 0;
     c->need_close = 0;
     c->need_read = 0;
@@ -149,6 +172,8 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
         else
             rcp__conn_resolve_error(f, unsent_code, unsent_msg);
     }
+    if (source_f)
+        rcp__conn_resolve_error(source_f, source_code, source_msg);
     /* A refused handshake is a failed connect attempt, not the loss of a
      * ready connection. */
     if (was_state == RCP__ST_READY)

@@ -191,10 +191,12 @@ static uint64_t lead_candidate(struct rcp_conn *c)
 {
     uint64_t i, last = UINT64_MAX;
     if (c->state != RCP__ST_READY || c->closing || c->need_close || c->need_read || c->push_fn ||
-        c->wlen != c->woff)
+        c->wlen != c->woff || c->so.on)
         return UINT64_MAX;
     for (i = c->taken; i < c->tail; i++) {
         rcp_future *f = c->ring[i & c->mask].f;
+        if (c->ring[i & c->mask].src)
+            break; /* a source is the loop's to write (conn_source.c) */
         if (!f)
             continue;
         if (f->resolve != sync_resolve)
@@ -213,7 +215,7 @@ static int write_queued(struct rcp_conn *c, uint64_t j)
     char cause[512];
     while (c->taken <= j) {
         int rv;
-        if (!rcp__conn_take_flush(c, j + 1)) {
+        if (!rcp__conn_take_flush(c, j + 1, 0)) {
             fast_fail(c, RCP_ERR_IO, "out of memory taking a flush");
             return 0;
         }
@@ -322,7 +324,7 @@ void rcp__conn_offer_lead(struct rcp_conn *c)
     pthread_mutex_lock(&c->mu);
     if (c->state != RCP__ST_READY || c->closing || c->need_close || c->need_read || c->push_fn ||
         c->fast_active || c->caller_writing || c->wake_pending || c->fd < 0 ||
-        c->wlen != c->woff || c->taken != c->tail || c->reply_too_large) {
+        c->wlen != c->woff || c->taken != c->tail || c->reply_too_large || c->so.on) {
         pthread_mutex_unlock(&c->mu);
         return;
     }
@@ -550,6 +552,7 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
         sl->deadline = deadline;
         sl->len = len;
         sl->sink = sink;
+        sl->src = NULL;
         conn_sink_count(c, sink);
         sl->flags = 0;
     }
@@ -575,7 +578,7 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
 
 rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
                                   const size_t *argvlen, const char *raw, size_t len, int asking,
-                                  int timeout_ms, const rcp_sink *sink)
+                                  int timeout_ms, const rcp_sink *sink, const rcp_source *src)
 {
     sync_future s;
     rcp_reply *r;
@@ -586,13 +589,13 @@ rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
     s.f.resolve = sync_resolve;
     s.f.timeout_ms = timeout_ms;
     s.c = c;
-    if (!asking) {
+    if (!asking && !src) { /* a source is the loop's to write (conn_source.c) */
         r = try_fast(c, &s, argc, argv, argvlen, raw, len, sink, &handed);
         if (r)
             return r;
     }
     if (!handed) {
-        rv = rcp__conn_enqueue(c, &s.f, argc, argv, argvlen, raw, len, asking, sink);
+        rv = rcp__conn_enqueue(c, &s.f, argc, argv, argvlen, raw, len, asking, sink, src);
         if (rv != RCP_OK)
             return rcp__conn_error_reply(rv, NULL, "request refused");
     }

@@ -12,6 +12,9 @@
  *                   its sink (rcp_sink) in chunks as it is read, never
  *                   assembled; hooked into conn_recv_feed and conn_get_reply
  *                   below, so the loop and the fast path stream alike
+ *   conn_source.c   streaming writes: a request's last argument pulled from its
+ *                   source (rcp_source) in chunks as the socket accepts them,
+ *                   by the loop's writer only (do_write)
  *   tls.c           TLS (tls.h): with c->tls set, the write and read below
  *                   go through OpenSSL, for the loop and the fast path alike
  *
@@ -78,8 +81,26 @@ typedef struct rcp__slot {
     size_t len;        /* bytes of this request still to write */
     const rcp_sink *sink; /* a bulk reply streams there (conn_sink.c); NULL: none. Cleared
                            * when the reply is taken (counted by rcp_conn.sinks) */
+    const rcp_source *src; /* the request's last argument streams from here after its
+                            * len bytes of head (conn_source.c); NULL: none */
     unsigned flags;    /* RCP__SLOT_* */
 } rcp__slot;
+
+/* The streamed write in progress (conn_source.c). A source slot is always
+ * the last of the flush that takes it (only the loop takes one), and is
+ * counted written (moves past wr) only once its value and CRLF are out.
+ * `on` and `idx` change under the mutex (a cancel and expire() read
+ * them); the rest is the loop's. */
+typedef struct rcp__source_state {
+    int on;               /* a source slot is taken: its value is being written */
+    uint64_t idx;         /* that slot */
+    const rcp_source *src;
+    uint64_t off;         /* bytes pulled from the source so far */
+    int last;             /* the chunk in buf ends the value (its CRLF appended) */
+    char *buf;            /* the chunk being written (allocated once, kept) */
+    size_t blen, boff;
+    char why[256];        /* how the source failed, for its request's RCP_ERR_IO */
+} rcp__source_state;
 
 /* The streaming read in progress (conn_sink.c), owned like the reader: by
  * whoever owns the socket's I/O. */
@@ -176,6 +197,7 @@ struct rcp_conn {
     size_t wlen, woff, wcap, wslot_off;
     redisReader *reader;
     rcp__sink_state sk;
+    rcp__source_state so;
     char *rbuf;
     size_t rbuf_cap;
     rcp_future **scratch; /* cap entries: futures resolved outside the lock */
@@ -278,7 +300,15 @@ static inline uint64_t conn_deadline_for(struct rcp_conn *c, const rcp_future *f
 
 /* ---- the one write and the one read, for the loop and the fast path -- */
 
-enum { CONN_IO_DONE = 0, CONN_IO_AGAIN = 1, CONN_IO_ERR = -1, CONN_IO_BAD = -2, CONN_IO_TLS = -3 };
+enum {
+    CONN_IO_DONE = 0,
+    CONN_IO_AGAIN = 1,
+    CONN_IO_YIELD = 2, /* conn_source.c: wrote its share of a pass, more to come */
+    CONN_IO_ERR = -1,
+    CONN_IO_BAD = -2,
+    CONN_IO_TLS = -3,
+    CONN_IO_SHORT = -4 /* conn_source.c: the source ended early (c->so.why) */
+};
 
 /* Write buf[*off, len) to the socket, retrying EINTR, counting each call.
  * CONN_IO_DONE once all is written, CONN_IO_AGAIN when the socket buffer
@@ -427,7 +457,7 @@ int rcp__conn_pend_reserve(struct rcp_conn *c, size_t len);
  * rcp__conn_send_raw's contract. */
 int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,
                       const size_t *argvlen, const char *raw, size_t len, int asking,
-                      const rcp_sink *sink);
+                      const rcp_sink *sink, const rcp_source *src);
 /* An error reply: `why` if set, else "what: rcp_strerror(code)". */
 rcp_reply *rcp__conn_error_reply(int code, const char *why, const char *what);
 
@@ -461,8 +491,10 @@ void rcp__conn_resolve_error(rcp_future *f, int code, const char *msg);
 /* Mutex held, by whoever owns the socket's I/O (the loop, a sending
  * thread, a leading caller). Take the pending requests of [taken, limit)
  * into wbuf, up to the caps of one flush (max_batch_commands,
- * max_batch_bytes). Returns 0 on OOM. */
-int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit);
+ * max_batch_bytes). A request with a source ends the flush: with
+ * sources set (the loop) it is taken last and its upload starts (c->so);
+ * without, the flush stops before it. Returns 0 on OOM. */
+int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit, int sources);
 /* Mutex held. Count the slots the flush wrote whole ([wr, taken) up to
  * woff). The first one written on an idle connection starts the I/O
  * timeout. Returns 1 if that lowered the connection's timer. */
@@ -512,6 +544,23 @@ void rcp__conn_offer_lead(struct rcp_conn *c);
 
 rcp_reply *rcp__conn_sync_command(struct rcp_conn *c, int argc, const char **argv,
                                   const size_t *argvlen, const char *raw, size_t len, int asking,
-                                  int timeout_ms, const rcp_sink *sink);
+                                  int timeout_ms, const rcp_sink *sink, const rcp_source *src);
+
+/* conn_cancel.c */
+/* Mutex held. Cut the pending requests [i, j) out: their bytes from the
+ * pending buffer, their slots from the ring (the later ones move down). */
+void rcp__conn_cut_pending(struct rcp_conn *c, uint64_t i, uint64_t j);
+
+/* conn_source.c */
+/* Loop thread, after wbuf (ending with the source slot's head) is
+ * written: pull the source and write it, then its CRLF. CONN_IO_DONE once
+ * all is out, CONN_IO_AGAIN when the socket is full, CONN_IO_YIELD after
+ * a pass's share (the loop comes back after serving reads), CONN_IO_ERR
+ * (a write failed: errno), CONN_IO_SHORT (the source ended or failed
+ * early: c->so.why; the connection must be dropped). */
+int rcp__conn_source_write(struct rcp_conn *c);
+/* Mutex held, failing the connection: no upload any more (the chunk
+ * buffer is kept). */
+void rcp__conn_source_reset(struct rcp_conn *c);
 
 #endif

@@ -45,6 +45,7 @@ static void expire(struct rcp_conn *c, uint64_t now)
 {
     char msg[400];
     uint64_t i, n = 0, min = UINT64_MAX;
+    int drop = 0;
     pthread_mutex_lock(&c->mu);
     if (c->min_deadline > now) {
         pthread_mutex_unlock(&c->mu);
@@ -54,6 +55,23 @@ static void expire(struct rcp_conn *c, uint64_t now)
         rcp__slot *s = &c->ring[i & c->mask];
         if (!s->f || !s->deadline || (c->fast_active && i == c->fast_idx))
             continue;
+        if (s->deadline <= now && s->src && i >= c->taken) {
+            /* A source not started: take it out of the queue, or its
+             * source would be read after its future resolved (a source
+             * request never has an ASKING glued to it). The later slots
+             * move down to i: look at i again. */
+            c->scratch[n++] = s->f;
+            rcp__conn_cut_pending(c, i, i + 1);
+            i--;
+            continue;
+        }
+        if (s->deadline <= now && c->so.on && i == c->so.idx) {
+            /* Its upload cannot stop in step: drop the connection. */
+            c->scratch[n++] = s->f;
+            s->f = NULL;
+            drop = 1;
+            continue;
+        }
         if (s->deadline <= now) {
             /* A value streaming to its sink: the loop switches it to
              * discard; on a caller's thread it completes there. */
@@ -75,22 +93,32 @@ static void expire(struct rcp_conn *c, uint64_t now)
     snprintf(msg, sizeof msg, "%s: request timed out (no reply before its deadline)", c->addr);
     for (i = 0; i < n; i++)
         rcp__conn_resolve_error(c->scratch[i], RCP_ERR_TIMEOUT, msg);
+    if (drop)
+        rcp__conn_fail(c, RCP_ERR_IO,
+                       "a request's deadline passed while its source was being written (an "
+                       "upload cannot stop without desynchronising the connection)");
 }
 
 /* ------------------------------------------------------------------ */
 /* the flush: write what callers queued                               */
 
-int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit)
+int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit, int sources)
 {
     uint64_t i = c->taken, n = 0;
     size_t bytes = 0;
+    const rcp_source *src = NULL;
     while (i < limit && n < c->opt.max_batch_commands) {
-        size_t l = c->ring[i & c->mask].len;
-        if (n && bytes + l > c->opt.max_batch_bytes)
+        const rcp__slot *s = &c->ring[i & c->mask];
+        size_t l = s->len;
+        if ((s->src && !sources) || (n && bytes + l > c->opt.max_batch_bytes))
             break;
         bytes += l;
         i++;
         n++;
+        if (s->src) {
+            src = s->src; /* its value follows its head: nothing after it */
+            break;
+        }
     }
     if (!n)
         return 1;
@@ -120,6 +148,12 @@ int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit)
     c->woff = 0;
     c->wslot_off = 0;
     c->taken = i;
+    if (src) {
+        rcp__conn_source_reset(c);
+        c->so.on = 1;
+        c->so.idx = i - 1;
+        c->so.src = src;
+    }
     conn_stat_add(&c->st.batches, 1); /* the stat keeps its API name: one flush */
     conn_stat_add(&c->st.commands_written, n);
     return 1;
@@ -136,6 +170,8 @@ int rcp__conn_account_written(struct rcp_conn *c)
 {
     int lowered = 0;
     while (c->wr < c->taken && c->woff >= c->wslot_off + c->ring[c->wr & c->mask].len) {
+        if (c->so.on && c->wr == c->so.idx)
+            break; /* its head is out, its value is not */
         if (c->head == c->wr) {
             c->last_read_ns = rcp__now_ns(); /* the I/O timeout counts from here */
             lowered |= conn_arm_io_timer(c);
@@ -183,8 +219,9 @@ static int do_write(struct rcp_conn *c)
     int rounds;
     for (rounds = 0; rounds < 8; rounds++) {
         uint64_t now = 0;
+        int rv;
         pthread_mutex_lock(&c->mu);
-        if (c->wlen == c->woff) {
+        if (c->wlen == c->woff && !c->so.on) {
             if (c->state != RCP__ST_READY && c->state != RCP__ST_HANDSHAKE) {
                 pthread_mutex_unlock(&c->mu);
                 return 1;
@@ -199,7 +236,7 @@ static int do_write(struct rcp_conn *c)
                     return 1;
                 }
             }
-            if (!rcp__conn_take_flush(c, c->state == RCP__ST_READY ? c->tail : c->hs_end)) {
+            if (!rcp__conn_take_flush(c, c->state == RCP__ST_READY ? c->tail : c->hs_end, 1)) {
                 pthread_mutex_unlock(&c->mu);
                 rcp__conn_fail(c, RCP_ERR_IO, "out of memory taking a flush");
                 return 0;
@@ -210,14 +247,20 @@ static int do_write(struct rcp_conn *c)
             }
         }
         pthread_mutex_unlock(&c->mu);
-        if (c->wlen == c->woff)
+        if (c->wlen == c->woff && !c->so.on)
             return 1;
         if (!c->armed && !stray_check(c))
             return 0;
         arm(c);
-        if (conn_write_some(c, c->wbuf, c->wlen, &c->woff) == CONN_IO_ERR) {
+        rv = conn_write_some(c, c->wbuf, c->wlen, &c->woff);
+        if (rv == CONN_IO_DONE && c->so.on)
+            rv = rcp__conn_source_write(c); /* the flush ends with a source's head */
+        if (rv == CONN_IO_ERR || rv == CONN_IO_SHORT) {
             char cause[512];
-            conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
+            if (rv == CONN_IO_SHORT)
+                snprintf(cause, sizeof cause, "%s", c->so.why);
+            else
+                conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
             /* Account what was fully written before failing. */
             pthread_mutex_lock(&c->mu);
             rcp__conn_account_written(c);
@@ -226,11 +269,21 @@ static int do_write(struct rcp_conn *c)
             return 0;
         }
         pthread_mutex_lock(&c->mu);
+        if (rv == CONN_IO_DONE)
+            c->so.on = 0; /* a source's value, if any, is out: its slot is written */
         rcp__conn_account_written(c);
         conn_push_retire(c);
-        if (c->woff == c->wlen)
+        if (c->woff == c->wlen && !c->so.on)
             c->wlen = c->woff = c->wslot_off = 0;
+        if (rv == CONN_IO_YIELD)
+            c->wake_pending = 1;
         pthread_mutex_unlock(&c->mu);
+        if (rv == CONN_IO_YIELD) {
+            /* A large value: let the loop serve reads and other
+             * connections, then come back. */
+            conn_ring_loop(c);
+            return 1;
+        }
         if (c->wlen) {
             /* Socket full: writability calls us back. */
             rcp__loop_want_write(c->loop, c->fd, &c->src);
@@ -259,7 +312,7 @@ void rcp__conn_caller_flush(struct rcp_conn *c, int lowered)
     conn_stat_add(&c->st.caller_writes, 1);
     c->caller_writing = 1;
     for (rounds = 0; rounds < 4; rounds++) {
-        if (!rcp__conn_take_flush(c, c->tail)) {
+        if (!rcp__conn_take_flush(c, c->tail, 0)) {
             snprintf(cause, sizeof cause, "out of memory taking a flush");
             break;
         }

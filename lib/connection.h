@@ -173,12 +173,24 @@ rcp_reply *rcp__conn_command_raw(struct rcp_conn *c, const char *raw, size_t len
  * RCP_ERR_INVALID (NULL, unknown kind, no fn, fd < 0, NULL buf with
  * cap > 0). Any thread. */
 int rcp__sink_check(const rcp_sink *sink);
+/* RCP_OK if the source is one a request can stream its last argument
+ * from (rcpipe/conn.h, rcp_source), else RCP_ERR_INVALID. */
+int rcp__source_check(const rcp_source *src);
 /* rcp__conn_send_raw_until whose reply streams to sink (NULL: an ordinary
  * request). The sink MUST stay valid until f is resolved. A bulk reply
  * resolves f with its length (an integer reply) or RCP_ERR_SINK; any
  * other reply as usual, the sink untouched. */
 int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
                             int asking, uint64_t deadline, const rcp_sink *sink);
+/* rcp__conn_send_raw_until of a command's head (its arguments but the
+ * last, then "$<len>\r\n": rcp__format_source_write) whose last argument
+ * streams from src (conn_source.c). The source MUST stay valid until f
+ * is resolved. RCP_ERR_NOT_SENT on f means no byte of it was pulled. */
+int rcp__conn_send_raw_source(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                              uint64_t deadline, const rcp_source *src);
+/* rcp__conn_command_raw of such a head and source (as above). */
+rcp_reply *rcp__conn_command_raw_source(struct rcp_conn *c, const char *raw, size_t len,
+                                        int timeout_ms, const rcp_source *src);
 /* rcp__conn_command_raw whose reply streams to sink (as above). */
 rcp_reply *rcp__conn_command_raw_sink(struct rcp_conn *c, const char *raw, size_t len, int asking,
                                       int timeout_ms, const rcp_sink *sink);

@@ -69,10 +69,10 @@ static char *put_num(char *dst, char prefix, size_t v)
     return dst;
 }
 
-char *rcp__format_write(char *dst, int argc, const char **argv, const size_t *argvlen)
+/* The arguments' part of an encoding, after its "*N" header. */
+static char *put_args(char *dst, int argc, const char **argv, const size_t *argvlen)
 {
     int i;
-    dst = put_num(dst, '*', (size_t)argc);
     for (i = 0; i < argc; i++) {
         size_t l = arglen(argv, argvlen, i);
         dst = put_num(dst, '$', l);
@@ -83,6 +83,27 @@ char *rcp__format_write(char *dst, int argc, const char **argv, const size_t *ar
         *dst++ = '\n';
     }
     return dst;
+}
+
+char *rcp__format_write(char *dst, int argc, const char **argv, const size_t *argvlen)
+{
+    return put_args(put_num(dst, '*', (size_t)argc), argc, argv, argvlen);
+}
+
+size_t rcp__format_source_len(int argc, const char **argv, const size_t *argvlen, size_t vlen)
+{
+    /* argv's encoding with one argument more in the count, and the
+     * value's "$<len>\r\n" header (its bytes and CRLF come from the
+     * source). */
+    return rcp__format_len(argc, argv, argvlen) - digits((size_t)argc) +
+           digits((size_t)argc + 1) + 1 + digits(vlen) + 2;
+}
+
+char *rcp__format_source_write(char *dst, int argc, const char **argv, const size_t *argvlen,
+                               size_t vlen)
+{
+    dst = put_args(put_num(dst, '*', (size_t)argc + 1), argc, argv, argvlen);
+    return put_num(dst, '$', vlen);
 }
 
 size_t rcp__format_try(char *dst, size_t cap, int argc, const char **argv, const size_t *argvlen)

@@ -12,6 +12,13 @@ size_t rcp__format_len(int argc, const char **argv, const size_t *argvlen);
 /* Writes exactly rcp__format_len bytes to dst; returns dst + that length. */
 char *rcp__format_write(char *dst, int argc, const char **argv, const size_t *argvlen);
 
+/* The head of a command whose last argument streams from a source
+ * (conn_source.c): "*<argc+1>", argv, then "$<vlen>\r\n". Its length,
+ * and the writer of exactly that many bytes (returns dst + that). */
+size_t rcp__format_source_len(int argc, const char **argv, const size_t *argvlen, size_t vlen);
+char *rcp__format_source_write(char *dst, int argc, const char **argv, const size_t *argvlen,
+                               size_t vlen);
+
 /* Formats argv into dst in one pass when it surely fits in cap bytes,
  * returning the length written; 0 (nothing usable written) when it may
  * not fit: the caller then sizes a buffer with rcp__format_len and calls

@@ -130,6 +130,23 @@ RCP_API int rcp_cluster_send_argv_sink(rcp_cluster *c, rcp_future *f, int argc,
                                        const rcp_sink *sink);
 RCP_API rcp_reply *rcp_cluster_command_argv_sink(rcp_cluster *c, int argc, const char **argv,
                                                  const size_t *argvlen, const rcp_sink *sink);
+/* Streaming writes (rcp_source, rcpipe/conn.h; docs/large-values.md): as
+ * rcp_cluster_send_argv / rcp_cluster_command_argv with one argument more,
+ * the last, pulled from src as the socket accepts it. Routing uses the
+ * keys among argv (the source is never a key). A source request is sent
+ * again only when not a byte of it was pulled (the connection was down,
+ * or lost before its upload started): the source may not be readable
+ * twice. So a MOVED, ASK or TRYAGAIN answer (which comes after the whole
+ * value) is recorded in the slot map but handed to the caller as the
+ * server's error, and a connection lost mid-upload gives RCP_ERR_IO.
+ * Only a command that is one request to one node (RCP_ERR_UNSUPPORTED
+ * otherwise); RCP_ERR_INVALID for a NULL or malformed source. */
+RCP_API int rcp_cluster_send_argv_source(rcp_cluster *c, rcp_future *f, int argc,
+                                         const char **argv, const size_t *argvlen,
+                                         const rcp_source *src);
+RCP_API rcp_reply *rcp_cluster_command_argv_source(rcp_cluster *c, int argc,
+                                                   const char **argv, const size_t *argvlen,
+                                                   const rcp_source *src);
 RCP_API rcp_reply *rcp_cluster_command(rcp_cluster *c, const char *fmt, ...);
 RCP_API rcp_reply *rcp_cluster_commandv(rcp_cluster *c, const char *fmt, va_list ap);
 /* The same with a deadline of the call's own, in milliseconds, for the

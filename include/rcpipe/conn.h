@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "rcpipe/common.h"
 #include "rcpipe/reply.h"
@@ -248,6 +249,70 @@ RCP_API int rcp_conn_send_argv_sink(rcp_conn *c, rcp_future *f, int argc, const 
  * an RCP_REPLY_INTEGER reply, or the reply as usual (see above). */
 RCP_API rcp_reply *rcp_conn_command_argv_sink(rcp_conn *c, int argc, const char **argv,
                                               const size_t *argvlen, const rcp_sink *sink);
+
+/* Streaming writes (docs/large-values.md): the LAST argument of a command
+ * comes from a source of known length instead of memory, pulled in chunks
+ * (64 KiB) as the socket accepts them and never held whole: a value of
+ * any size costs the connection one chunk buffer. The command's other
+ * arguments are formatted as usual; the source is argument argc + 1 (SET
+ * key <source>, APPEND key <source>, HSET h field <source>...).
+ *
+ * Sources are written by the connection's I/O thread only (never by a
+ * sync caller's own thread): a sync call with a source queues and waits.
+ * Requests queued behind a source request wait for its upload (the
+ * pipeline is ordered): a large upload holds up the small requests
+ * behind it on that connection.
+ *
+ * A source that ends before len bytes (a callback returning 0 or < 0, an
+ * fd at end of file or failing) cannot be completed without storing a
+ * truncated value: the connection is dropped mid-value (the server
+ * discards the partial command), the request resolves with RCP_ERR_IO
+ * saying at which byte the source ended, and the requests behind it fail
+ * as for any lost connection (RCP_ERR_NOT_SENT if never written). A
+ * request whose deadline passes while its source is being written
+ * resolves with RCP_ERR_TIMEOUT and the connection is dropped the same
+ * way (the upload cannot stop in step); one whose deadline passes before
+ * its upload starts is taken out of the queue, never sent. A cancel
+ * (rcp_conn_cancel) before the upload starts takes it back
+ * (RCP_CANCEL_UNSENT); once it started, RCP_CANCEL_TOO_LATE. After the
+ * request resolves the source is not touched again. */
+typedef enum rcp_source_kind {
+    RCP_SOURCE_CALLBACK = 1, /* fn(ud, buf, cap, offset) fills buf with up to cap bytes of
+                              * the value from offset and returns how many (> 0); 0 or < 0
+                              * before len bytes fails the request (see above). Offsets
+                              * come in order, from 0 */
+    RCP_SOURCE_FD = 2        /* len bytes of fd from offset, read with pread() (read()
+                              * for a pipe or socket, which must then be at the value's
+                              * start: offset is ignored). The fd is not closed, and its
+                              * file position is not moved by pread */
+} rcp_source_kind;
+
+typedef ssize_t (*rcp_source_fn)(void *ud, char *buf, size_t cap, uint64_t offset);
+
+/* What the caller fills in for a streamed write. The library copies
+ * nothing: the source must stay valid until the future is resolved
+ * (async) or the call returns (sync). One source serves one request at a
+ * time. */
+typedef struct rcp_source {
+    int kind;         /* rcp_source_kind */
+    size_t len;       /* the value's length in bytes, announced to the server first */
+    rcp_source_fn fn; /* RCP_SOURCE_CALLBACK */
+    void *ud;         /* RCP_SOURCE_CALLBACK: fn's first argument */
+    int fd;           /* RCP_SOURCE_FD */
+    off_t offset;     /* RCP_SOURCE_FD: where the value starts in fd */
+} rcp_source;
+
+/* rcp_conn_send_argv with one more argument, the last, from a source (see
+ * above). Errors as rcp_conn_send_argv, and RCP_ERR_INVALID for a NULL or
+ * malformed source (unknown kind, no fn, fd < 0, offset < 0),
+ * RCP_ERR_TOO_LARGE for a command over max_request_bytes, value
+ * included. */
+RCP_API int rcp_conn_send_argv_source(rcp_conn *c, rcp_future *f, int argc, const char **argv,
+                                      const size_t *argvlen, const rcp_source *src);
+/* rcp_conn_command_argv with one more argument, the last, from a source
+ * (see above). */
+RCP_API rcp_reply *rcp_conn_command_argv_source(rcp_conn *c, int argc, const char **argv,
+                                                const size_t *argvlen, const rcp_source *src);
 
 /* Counters since open, read without stopping traffic (each field is exact,
  * the set is not a snapshot). */

@@ -7,7 +7,9 @@
  * returns the code and never calls back); keyless commands work;
  * rcp_keyslot agrees with CLUSTER KEYSLOT on thousands of binary keys;
  * bootstrap errors name every seed; a handle opened, used and closed on
- * one thread that runs a libevent loop. Only the public API is used. */
+ * one thread that runs a libevent loop; SETs whose value streams from a
+ * source (rcp_source), sync and async, land on each key's master and read
+ * back byte-exact through a sink. Only the public API is used. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -595,12 +597,149 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* A value of `len` bytes whose byte at i depends on i and seed. */
+typedef struct pat_source {
+    rcp_source s;
+    unsigned seed;
+} pat_source;
+
+static unsigned char src_pat(uint64_t i, unsigned seed)
+{
+    return (unsigned char)((i * 131u + seed * 7u) ^ (i >> 11));
+}
+
+static ssize_t pat_fn(void *ud, char *buf, size_t cap, uint64_t off)
+{
+    pat_source *p = ud;
+    for (size_t i = 0; i < cap; i++)
+        buf[i] = (char)src_pat(off + i, p->seed);
+    return (ssize_t)cap;
+}
+
+typedef struct pat_sink {
+    rcp_sink s;
+    unsigned seed;
+    uint64_t next;
+    int bad;
+} pat_sink;
+
+static int pat_sink_fn(void *ud, const char *data, size_t len, uint64_t off, uint64_t total)
+{
+    pat_sink *k = ud;
+    (void)total;
+    if (off != k->next)
+        k->bad++;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)data[i] != src_pat(off + i, k->seed)) {
+            k->bad++;
+            break;
+        }
+    k->next = off + len;
+    return 0;
+}
+
+typedef struct src_req {
+    rcp_future f;
+    rcp_waitgroup *wg;
+    int ok;
+} src_req;
+
+static void src_done(rcp_future *f, rcp_reply *r)
+{
+    src_req *q = (src_req *)f;
+    q->ok = r->type == RCP_REPLY_STATUS && strcmp(r->str, "OK") == 0;
+    rcp_waitgroup_done(q->wg);
+}
+
+/* Streamed SETs through the cluster handle: one key per master's slots
+ * (hash tags), sync and async, read back through a sink; the node that
+ * owns the slot holds the key. A multi-key command across slots with a
+ * source is refused. */
+START_TEST(test_source)
+{
+    const size_t n = 1024 * 1024 + 3;
+    rcpc_topo t;
+    char d[256];
+    ck_assert_int_eq(rcpc_topology_any(&cl, &t), 0);
+    for (unsigned k = 0; k < 6; k++) {
+        unsigned slot = (k * 5461u + 17u) % 16384u;
+        char key[64];
+        const char *set[2] = {"SET", key};
+        const char *get[2] = {"GET", key};
+        pat_source p;
+        pat_sink sk;
+        rcp_reply *r;
+        snprintf(key, sizeof key, "%ssrc%u", rcpc_slot_tag(slot), k); /* "{tag}": on slot */
+        ck_assert_uint_eq(rcp_keyslot(key, strlen(key)), slot);
+        memset(&p, 0, sizeof p);
+        p.s.kind = RCP_SOURCE_CALLBACK;
+        p.s.len = n;
+        p.s.fn = pat_fn;
+        p.s.ud = &p;
+        p.seed = k + 1;
+        if (k % 2) {
+            src_req q;
+            memset(&q, 0, sizeof q);
+            q.f.resolve = src_done;
+            q.wg = rcp_waitgroup_new();
+            rcp_waitgroup_add(q.wg, 1);
+            ck_assert_int_eq(rcp_cluster_send_argv_source(h, &q.f, 2, set, NULL, &p.s), RCP_OK);
+            ck_assert_int_eq(rcp_waitgroup_wait(q.wg, 30000), RCP_OK);
+            rcp_waitgroup_free(q.wg);
+            ck_assert_int_eq(q.ok, 1);
+        } else {
+            r = rcp_cluster_command_argv_source(h, 2, set, NULL, &p.s);
+            ck_assert_msg(r->type == RCP_REPLY_STATUS && strcmp(r->str, "OK") == 0, "%s",
+                          rcptest_describe(r, d, sizeof d));
+            rcp_reply_free(r);
+        }
+        memset(&sk, 0, sizeof sk);
+        sk.s.kind = RCP_SINK_CALLBACK;
+        sk.s.fn = pat_sink_fn;
+        sk.s.ud = &sk;
+        sk.seed = k + 1;
+        r = rcp_cluster_command_argv_sink(h, 2, get, NULL, &sk.s);
+        ck_assert_msg(r->type == RCP_REPLY_INTEGER && r->integer == (long long)n, "%s",
+                      rcptest_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        ck_assert_int_eq(sk.bad, 0);
+        ck_assert_uint_eq(sk.next, n);
+        {
+            int owner = rcpc_slot_owner(&t, slot);
+            redisReply *e;
+            ck_assert_int_ge(owner, 0);
+            e = rcpc_ask(t.node[owner].port, "STRLEN %s", key);
+            ck_assert_ptr_nonnull(e);
+            ck_assert_int_eq(e->integer, (long long)n);
+            freeReplyObject(e);
+        }
+    }
+    {
+        const char *mset[4] = {"MSET", "{a}x", "1", "{b}y"};
+        pat_source p;
+        rcp_reply *r;
+        memset(&p, 0, sizeof p);
+        p.s.kind = RCP_SOURCE_CALLBACK;
+        p.s.len = 3;
+        p.s.fn = pat_fn;
+        p.s.ud = &p;
+        r = rcp_cluster_command_argv_source(h, 4, mset, NULL, &p.s);
+        ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_UNSUPPORTED, "%s",
+                      rcptest_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        r = rcp_cluster_command_argv_source(h, 2, mset, NULL, NULL);
+        ck_assert_int_eq(r->err, RCP_ERR_INVALID);
+        rcp_reply_free(r);
+    }
+}
+END_TEST
+
 static void add_tests(TCase *tc)
 {
     tcase_add_checked_fixture(tc, setup, teardown);
     RCPTEST_ADD(tc, test_set_get_all_slots, test_same_slot_multikey, test_cross_slot, test_keyless,
                 test_keyslot_matches_server, test_binary, test_stats_nodes, test_bootstrap,
-                test_app_loop_one_thread, test_forget_and_waitgroup, test_threads);
+                test_app_loop_one_thread, test_forget_and_waitgroup, test_threads, test_source);
 }
 
 int main(void)

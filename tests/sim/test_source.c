@@ -1,0 +1,288 @@
+/* test_source.c: streamed writes (rcp_source) as the node sees them. A
+ * source that ends early: the node sees the connection closed inside the
+ * bulk (no complete SET ever reaches it), the request fails with
+ * RCP_ERR_IO, the request queued behind it with RCP_ERR_NOT_SENT, and a
+ * new connection serves. A deadline that passes mid-upload: the request
+ * resolves with RCP_ERR_TIMEOUT, the connection is dropped the same way,
+ * and the source is never called after its request resolved. A cancel:
+ * a source request queued behind an upload is taken back (UNSENT, its
+ * source never called), the one being uploaded is too late and
+ * completes. */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sim.h"
+
+/* A source of 'v' bytes that ends (returns 0) at stop_at if set, and
+ * may sleep per chunk (a slow producer: a disk, a network). Counts calls
+ * made after its request resolved. */
+typedef struct slow_source {
+    rcp_source s;
+    uint64_t stop_at; /* 0: never */
+    int sleep_ms;
+    atomic_int resolved;
+    atomic_int late_calls;
+    atomic_long calls;
+} slow_source;
+
+static ssize_t slow_fn(void *ud, char *buf, size_t cap, uint64_t off)
+{
+    slow_source *g = ud;
+    size_t n = cap;
+    atomic_fetch_add(&g->calls, 1);
+    if (atomic_load(&g->resolved))
+        atomic_fetch_add(&g->late_calls, 1);
+    if (g->sleep_ms)
+        rcptest_sleep_ms(g->sleep_ms);
+    if (g->stop_at && off + n > g->stop_at)
+        n = off >= g->stop_at ? 0 : (size_t)(g->stop_at - off);
+    memset(buf, 'v', n);
+    return (ssize_t)n;
+}
+
+static void slow_init(slow_source *g, size_t len)
+{
+    memset(g, 0, sizeof *g);
+    g->s.kind = RCP_SOURCE_CALLBACK;
+    g->s.len = len;
+    g->s.fn = slow_fn;
+    g->s.ud = g;
+}
+
+/* A future that marks its source resolved before it records the reply. */
+typedef struct src_fut {
+    sim_fut sf;
+    slow_source *g;
+    void (*inner)(rcp_future *, rcp_reply *);
+} src_fut;
+
+static void src_resolve(rcp_future *f, rcp_reply *r)
+{
+    src_fut *s = (src_fut *)f;
+    atomic_store(&s->g->resolved, 1);
+    s->inner(f, r);
+}
+
+static rcp_conn *open_conn(sim_node *n, int request_timeout_ms)
+{
+    rcp_conn_options o;
+    rcp_conn *c = NULL;
+    char err[512] = "";
+    rcp_conn_options_init(&o);
+    o.port = sim_port(n);
+    o.connect_timeout_ms = rcptest_scale(1000);
+    o.request_timeout_ms = request_timeout_ms;
+    o.io_timeout_ms = rcptest_scale(5000);
+    o.reconnect_min_ms = 5;
+    o.reconnect_max_ms = 50;
+    ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "open: %s", err);
+    return c;
+}
+
+static void send_source(rcp_conn *c, src_fut *s, slow_source *g, int timeout_ms)
+{
+    const char *argv[2] = {"SET", "k"};
+    sim_fut_init(&s->sf, timeout_ms);
+    s->g = g;
+    s->inner = s->sf.f.resolve;
+    s->sf.f.resolve = src_resolve;
+    ck_assert_int_eq(rcp_conn_send_argv_source(c, &s->sf.f, 2, argv, NULL, &g->s), RCP_OK);
+}
+
+static void want_err(sim_fut *sf, int code, const char *part)
+{
+    ck_assert_msg(sim_fut_wait(sf, rcptest_scale(10000)) == 0, "a future was never resolved");
+    ck_assert_msg(sf->type == RCP_REPLY_ERROR && sf->err == code,
+                  "want error %s, got type %d err %s \"%s\"", rcp_err_name(code), sf->type,
+                  rcp_err_name(sf->err), sf->str);
+    ck_assert_msg(!part || strstr(sf->str, part), "\"%s\" does not say \"%s\"", sf->str, part);
+    ck_assert_int_eq(sf->calls, 1);
+}
+
+/* After the drop: a new connection answers. */
+static void recovers(rcp_conn *c, sim_node *n)
+{
+    uint64_t until = rcptest_now_ns() + (uint64_t)rcptest_scale(3000) * 1000000ull;
+    rcp_reply *r;
+    while ((r = rcp_conn_command(c, "GET after"))->err == RCP_ERR_NOT_SENT) {
+        rcp_reply_free(r);
+        ck_assert_msg(rcptest_now_ns() < until, "not reconnected in time");
+        rcptest_sleep_ms(5);
+    }
+    ck_assert_msg(r->type == RCP_REPLY_STRING && strcmp(r->str, "after") == 0, "after: %d %s",
+                  r->type, r->str);
+    rcp_reply_free(r);
+    sim_assert_done(n, rcptest_scale(5000));
+}
+
+/* A source that stops at `gate` bytes until the test opens it: the
+ * upload is then surely in progress (the loop is inside the callback). */
+typedef struct gated_source {
+    rcp_source s;
+    uint64_t gate;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t stop_at; /* 0: never; else it ends (returns 0) there */
+    int at_gate, open;
+    atomic_long calls;
+} gated_source;
+
+static ssize_t gated_fn(void *ud, char *buf, size_t cap, uint64_t off)
+{
+    gated_source *g = ud;
+    atomic_fetch_add(&g->calls, 1);
+    if (off >= g->gate) {
+        pthread_mutex_lock(&g->mu);
+        g->at_gate = 1;
+        pthread_cond_broadcast(&g->cv);
+        while (!g->open)
+            pthread_cond_wait(&g->cv, &g->mu);
+        pthread_mutex_unlock(&g->mu);
+    }
+    if (g->stop_at && off + cap > g->stop_at)
+        cap = off >= g->stop_at ? 0 : (size_t)(g->stop_at - off);
+    memset(buf, 'g', cap);
+    return (ssize_t)cap;
+}
+
+static void gated_init(gated_source *g, size_t len, uint64_t gate)
+{
+    memset(g, 0, sizeof *g);
+    g->s.kind = RCP_SOURCE_CALLBACK;
+    g->s.len = len;
+    g->s.fn = gated_fn;
+    g->s.ud = g;
+    g->gate = gate;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+}
+
+static void gate_wait(gated_source *g)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!g->at_gate)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_open(gated_source *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static const char scenario[] = "accept\n"
+                               "expect-close\n"
+                               "expect GET after\n"
+                               "send \"$5\\r\\nafter\\r\\n\"\n";
+
+START_TEST(short_source_closes_mid_bulk)
+{
+    sim_node *n = sim_new(NULL);
+    rcp_conn *c;
+    sim_fut a, b;
+    gated_source g;
+    const char *set[2] = {"SET", "k"};
+    const char *argv[2] = {"GET", "behind"};
+    ck_assert_ptr_nonnull(n);
+    sim_loadf(n, "%s", scenario);
+    c = open_conn(n, rcptest_scale(5000));
+    gated_init(&g, 1024 * 1024, 128 * 1024);
+    g.stop_at = 200000;
+    sim_fut_init(&a, 0);
+    ck_assert_int_eq(rcp_conn_send_argv_source(c, &a.f, 2, set, NULL, &g.s), RCP_OK);
+    gate_wait(&g); /* the upload is under way: the GET queues behind it */
+    sim_fut_init(&b, 0);
+    ck_assert_int_eq(rcp_conn_send_argv(c, &b.f, 2, argv, NULL), RCP_OK);
+    gate_open(&g);
+    want_err(&a, RCP_ERR_IO, "source ended at byte 200000 of 1048576");
+    ck_assert_msg(sim_fut_wait(&b, rcptest_scale(10000)) == 0, "the GET behind never resolved");
+    ck_assert_msg(b.type == RCP_REPLY_ERROR && b.err == RCP_ERR_NOT_SENT, "behind: %s \"%s\"",
+                  rcp_err_name(b.err), b.str);
+    recovers(c, n);
+    /* The node never saw a complete SET, nor the GET behind it. */
+    ck_assert_uint_eq(sim_count(n, "SET **"), 0);
+    ck_assert_uint_eq(sim_count(n, "GET behind"), 0);
+    rcp_conn_close(c);
+    sim_fut_destroy(&a);
+    sim_fut_destroy(&b);
+    sim_free(n);
+}
+END_TEST
+
+START_TEST(deadline_mid_upload_drops)
+{
+    sim_node *n = sim_new(NULL);
+    rcp_conn *c;
+    src_fut a;
+    slow_source g;
+    ck_assert_ptr_nonnull(n);
+    sim_loadf(n, "%s", scenario);
+    c = open_conn(n, rcptest_scale(5000));
+    /* 2 ms a chunk of 64 KiB: 32 MiB would take a second; the deadline
+     * passes long before. */
+    slow_init(&g, 32u * 1024 * 1024);
+    g.sleep_ms = 2;
+    send_source(c, &a, &g, rcptest_scale(100));
+    want_err(&a.sf, RCP_ERR_TIMEOUT, NULL);
+    ck_assert_int_gt(atomic_load(&g.calls), 0); /* it was mid-upload */
+    recovers(c, n);
+    ck_assert_uint_eq(sim_count(n, "SET **"), 0);
+    ck_assert_int_eq(atomic_load(&g.late_calls), 0);
+    rcp_conn_close(c);
+    sim_fut_destroy(&a.sf);
+    sim_free(n);
+}
+END_TEST
+
+START_TEST(cancel_queued_and_uploading)
+{
+    sim_node *n = sim_new(NULL);
+    rcp_conn *c;
+    sim_fut a, b;
+    gated_source ga, gb;
+    const char *argv[2] = {"SET", "k"};
+    ck_assert_ptr_nonnull(n);
+    sim_loadf(n, "on SET ** => send \"+OK\\r\\n\"\naccept\nexpect-close\n");
+    c = open_conn(n, rcptest_scale(5000));
+    gated_init(&ga, 1024 * 1024, 128 * 1024);
+    gated_init(&gb, 1000, 0);
+    sim_fut_init(&a, 0);
+    sim_fut_init(&b, 0);
+    ck_assert_int_eq(rcp_conn_send_argv_source(c, &a.f, 2, argv, NULL, &ga.s), RCP_OK);
+    gate_wait(&ga);
+    /* a is being uploaded: b queues behind it. */
+    ck_assert_int_eq(rcp_conn_send_argv_source(c, &b.f, 2, argv, NULL, &gb.s), RCP_OK);
+    ck_assert_int_eq(rcp_conn_cancel(c, &b.f), RCP_CANCEL_UNSENT);
+    ck_assert_int_eq(rcp_conn_cancel(c, &a.f), RCP_CANCEL_TOO_LATE);
+    gate_open(&ga);
+    ck_assert_msg(sim_fut_wait(&a, rcptest_scale(10000)) == 0, "a never resolved");
+    ck_assert_msg(a.type == RCP_REPLY_STATUS && strcmp(a.str, "OK") == 0, "a: %s \"%s\"",
+                  rcp_err_name(a.err), a.str);
+    ck_assert_msg(sim_fut_wait(&b, rcptest_scale(10000)) == 0, "b never resolved");
+    ck_assert_int_eq(b.err, RCP_ERR_CANCELLED);
+    ck_assert_int_eq(b.calls, 1);
+    ck_assert_int_eq(atomic_load(&gb.calls), 0);
+    ck_assert_uint_eq(sim_wait_count(n, "SET k *", 1, rcptest_scale(5000)), 1);
+    rcp_conn_close(c);
+    sim_assert_done(n, rcptest_scale(5000));
+    ck_assert_uint_eq(sim_count(n, "SET **"), 1);
+    sim_fut_destroy(&a);
+    sim_fut_destroy(&b);
+    sim_free(n);
+}
+END_TEST
+
+int main(void)
+{
+    TCase *tc = tcase_create("source");
+    RCPTEST_ADD(tc, short_source_closes_mid_bulk, deadline_mid_upload_drops,
+                cancel_queued_and_uploading);
+    return sim_run("sim-source", tc);
+}
