@@ -200,7 +200,10 @@ START_TEST(value_bytewise)
                   r->str ? r->str : "");
     rcp_reply_free(r);
     ck_assert_str_eq(k.got, "hello\r\nworld");
-    ck_assert_int_eq(k.calls, 12);
+    ck_assert_int_eq(k.gaps, 0);
+    /* 12 reads of one byte each, unless a busy machine let two of the
+     * node's writes (1 ms apart) meet in one read */
+    ck_assert_int_ge(k.calls, 2);
     keep_init(&k);
     send_sink(c, &a, "a", &k, 0);
     want_len(&a, 5);
@@ -216,7 +219,9 @@ END_TEST
 /* A deadline passes while the value streams: the future resolves with
  * RCP_ERR_TIMEOUT, nothing more reaches the sink, the rest of the value is
  * read and dropped, and the request behind it on the same connection gets
- * its own reply. _i 0: async; 1: a sync caller on its own thread. */
+ * its own reply. _i 0: async; 1: a sync caller on its own thread. The
+ * node's pause is ten deadlines long: a caller starved of the CPU past
+ * all of it would find the whole value there and rightly return it. */
 START_TEST(timeout_mid_stream)
 {
     sim_node *n = sim_new(NULL);
@@ -229,11 +234,11 @@ START_TEST(timeout_mid_stream)
     if (_i == 0) /* b is written right behind a */
         sim_loadf(n, "expect GET a\nexpect GET b\nsend \"$10\\r\\nhel\"\nstall %d\n"
                      "send \"lo12345\\r\\n$1\\r\\nb\\r\\n\"\n",
-                  4 * t);
+                  10 * t);
     else /* the sync caller returns before b is sent */
         sim_loadf(n, "expect GET a\nsend \"$10\\r\\nhel\"\nstall %d\nsend \"lo12345\\r\\n\"\n"
                      "expect GET b\nsend \"$1\\r\\nb\\r\\n\"\n",
-                  4 * t);
+                  10 * t);
     c = open_conn(n, _i ? t : rcptest_scale(3000));
     keep_init(&k);
     sim_fut_init(&b, rcptest_scale(5000));
