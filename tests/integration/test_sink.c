@@ -246,8 +246,15 @@ START_TEST(many_whole_values_bounded_memory)
     }
     peak = proc_kb("VmHWM:");
     fprintf(stderr, "2,000 streamed 64 KiB GETs: peak RSS grew by %ld KiB\n", peak - base);
+#ifndef __SANITIZE_ADDRESS__
     ck_assert_msg(peak - base < 16 * 1024, "peak RSS grew by %ld KiB over 125 MiB streamed",
                   peak - base);
+#else
+    /* ASan keeps freed blocks in its quarantine (256 MiB), and hiredis
+     * frees and grows its read buffer as it goes: RSS says nothing here.
+     * The plain build of this test checks the bound. */
+    (void)base;
+#endif
     assert_in_step();
 }
 END_TEST
