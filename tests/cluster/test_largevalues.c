@@ -24,10 +24,12 @@
  *   RCPTEST_LV_MIB can raise the size for a run by hand.
  *
  * Every check can be seen failing: RCPTEST_LV_BREAK=pattern (a value's
- * bytes checked against another key's pattern), missing (a GET of a key
- * never set, which is nil, not a length), unsent (one key whose INCR
- * succeeded is required absent), count (one counter required one higher
- * than its successes allow) must each fail the test. */
+ * bytes checked against another key's pattern), offset (the sink expects
+ * its first chunk at byte 1, as a second copy would look), missing (a GET of a key
+ * never set, which is nil, not a length), unsent (the keys of thread 0
+ * whose INCR was cancelled UNSENT are INCRed by the test itself
+ * before the check), count (one counter required one higher than what
+ * may have run) must each fail the test. */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
@@ -145,6 +147,7 @@ static void vcheck_init(vcheck *v, unsigned key, uint64_t want)
     v->sink.ud = v;
     v->key = broken("pattern") ? key + 1 : key;
     v->want = want;
+    v->got = broken("offset") ? 1 : 0;
 }
 
 /* After the request resolved: NULL when reply and sink agree the whole
@@ -711,11 +714,12 @@ START_TEST(test_streamed_get_and_cancel_during_reshard)
             int state = w->ustate[i];
             rcp_reply *r;
 
-            if (broken("unsent") && state == U_ONE) {
-                state = U_ABSENT;
-                setenv("RCPTEST_LV_BREAK", "done", 1);
-            }
             uniq_key(key, sizeof key, t, i);
+            if (broken("unsent") && state == U_ABSENT && t == 0) {
+                /* As if the library had run a request cancelled UNSENT. */
+                const char *incr[2] = {"INCR", key};
+                rcp_reply_free(rcp_cluster_command_argv(hc, 2, incr, NULL));
+            }
             r = rcp_cluster_command_argv(hc, 2, argv, NULL);
             if (state == U_ABSENT)
                 ck_assert_msg(rcptest_is_nil(r),
@@ -801,9 +805,10 @@ START_TEST(test_value_64mib)
     pthread_cond_destroy(&s->cv);
     free(s);
 
-    /* Gone before the reshard test: MIGRATE of a 64 MiB key blocks both
+    /* Not left for a later reshard: MIGRATE of a 64 MiB key blocks both
      * nodes longer than cluster-node-timeout (1000 ms) on this machine,
-     * which then marks one failed and the reshard stops at CLUSTERDOWN. */
+     * which then marks one failed and the reshard stops at CLUSTERDOWN
+     * (seen here, 2026-12-03). */
     snprintf(key, sizeof key, "lv:big:%zu", len);
     argv[0] = "UNLINK";
     r = rcp_cluster_command_argv(h, 2, argv, NULL);
@@ -815,7 +820,9 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPTEST_ADD(tc, test_value_64mib, test_streamed_get_and_cancel_during_reshard);
+    /* The reshard first: a 64 MiB key left behind by a failed
+     * test_value_64mib would stop its reshard (see there). */
+    RCPTEST_ADD(tc, test_streamed_get_and_cancel_during_reshard, test_value_64mib);
 }
 
 int main(void)
