@@ -25,9 +25,9 @@
  *
  * Every check can be seen failing: RCPTEST_LV_BREAK=pattern (a value's
  * bytes checked against another key's pattern), offset (the sink expects
- * its first chunk at byte 1, as a second copy would look), missing (a GET of a key
- * never set, which is nil, not a length), unsent (the keys of thread 0
- * whose INCR was cancelled UNSENT are INCRed by the test itself
+ * its first chunk at byte 1, as a second copy would look), missing (a GET
+ * of a key never set, which is nil, not a length), unsent (the keys of
+ * thread 0 whose INCR was cancelled UNSENT are INCRed by the test itself
  * before the check), count (one counter required one higher than what
  * may have run) must each fail the test. */
 #include <check.h>
