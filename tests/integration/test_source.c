@@ -126,10 +126,22 @@ static rcp_reply *set_source(const char *key, const rcp_source *s)
     return rcp_conn_command_argv_source(conn, 2, argv, NULL, s);
 }
 
+/* EXISTS key; a request the connection could not send yet (it was just
+ * dropped and is coming back) is asked again, up to 10 s. */
 static long long exists(const char *key)
 {
-    rcp_reply *r = rcp_conn_command(conn, "EXISTS %s", key);
-    long long v = r->type == RCP_REPLY_INTEGER ? r->integer : -1;
+    uint64_t until = rcptest_now_ns() + (uint64_t)rcptest_scale(10000) * 1000000ull;
+    char d[256];
+    rcp_reply *r;
+    long long v;
+    while ((r = rcp_conn_command(conn, "EXISTS %s", key))->err == RCP_ERR_NOT_SENT &&
+           rcptest_now_ns() < until) {
+        rcp_reply_free(r);
+        rcptest_sleep_ms(5);
+    }
+    ck_assert_msg(r->type == RCP_REPLY_INTEGER, "EXISTS %s: %s", key,
+                  rcptest_describe(r, d, sizeof d));
+    v = r->integer;
     rcp_reply_free(r);
     return v;
 }
