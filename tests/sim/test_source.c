@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sim.h"
@@ -161,12 +162,32 @@ static void gated_init(gated_source *g, size_t len, uint64_t gate)
     pthread_cond_init(&g->cv, NULL);
 }
 
-static void gate_wait(gated_source *g)
+/* The source reached its gate: the upload is under way. A request that
+ * ended before its upload began (an injected allocation failure in the
+ * allocfail reruns) fails the test at once instead of hanging it. */
+static void gate_wait(gated_source *g, sim_fut *sf)
 {
-    pthread_mutex_lock(&g->mu);
-    while (!g->at_gate)
-        pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
+    uint64_t until = rcptest_now_ns() + (uint64_t)rcptest_scale(10000) * 1000000ull;
+    int reached = 0, calls = 0;
+    while (!reached && !calls && rcptest_now_ns() < until) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&g->mu);
+        if (!g->at_gate)
+            pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        reached = g->at_gate;
+        pthread_mutex_unlock(&g->mu);
+        pthread_mutex_lock(&sf->mu);
+        calls = sf->calls;
+        pthread_mutex_unlock(&sf->mu);
+    }
+    ck_assert_msg(reached, "the upload never reached the source's gate (%s \"%s\")",
+                  calls ? rcp_err_name(sf->err) : "not resolved", calls ? sf->str : "");
 }
 
 static void gate_open(gated_source *g)
@@ -197,7 +218,7 @@ START_TEST(short_source_closes_mid_bulk)
     g.stop_at = 200000;
     sim_fut_init(&a, 0);
     ck_assert_int_eq(rcp_conn_send_argv_source(c, &a.f, 2, set, NULL, &g.s), RCP_OK);
-    gate_wait(&g); /* the upload is under way: the GET queues behind it */
+    gate_wait(&g, &a); /* the upload is under way: the GET queues behind it */
     sim_fut_init(&b, 0);
     ck_assert_int_eq(rcp_conn_send_argv(c, &b.f, 2, argv, NULL), RCP_OK);
     gate_open(&g);
@@ -256,7 +277,7 @@ START_TEST(cancel_queued_and_uploading)
     sim_fut_init(&a, 0);
     sim_fut_init(&b, 0);
     ck_assert_int_eq(rcp_conn_send_argv_source(c, &a.f, 2, argv, NULL, &ga.s), RCP_OK);
-    gate_wait(&ga);
+    gate_wait(&ga, &a);
     /* a is being uploaded: b queues behind it. */
     ck_assert_int_eq(rcp_conn_send_argv_source(c, &b.f, 2, argv, NULL, &gb.s), RCP_OK);
     ck_assert_int_eq(rcp_conn_cancel(c, &b.f), RCP_CANCEL_UNSENT);
