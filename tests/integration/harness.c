@@ -755,3 +755,32 @@ int rcpt_main_case(const char *name, const char *tcase_name, int timeout_s,
     add(rcptest_tcase(s, tcase_name, rcptest_scale(timeout_s)));
     return rcptest_run(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+unsigned char rcpt_pattern(uint64_t i, unsigned seed)
+{
+    uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+    x ^= x >> 29;
+    return (unsigned char)(x * 0xbf58476d1ce4e5b9ull >> 56);
+}
+
+long rcpt_proc_kb(const char *field)
+{
+    char line[256];
+    long v = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, strlen(field)) == 0)
+            v = strtol(line + strlen(field) + 1, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+long rcpt_peak_reset(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("5", f);
+    fclose(f);
+    return rcpt_proc_kb("VmHWM:");
+}

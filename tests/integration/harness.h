@@ -121,6 +121,16 @@ extern const char *const rcpt_debug_args[];
  * the pointers. One such fixture per program. */
 void rcpt_fixture(TCase *tc, rcpt_server *s, rcp_conn **c, const char *const *extra_args);
 
+/* Large values (test_sink.c, test_source.c). The byte at offset i of a
+ * value made from seed: position-dependent, so a chunk given twice,
+ * skipped or shifted does not check out. */
+unsigned char rcpt_pattern(uint64_t i, unsigned seed);
+/* A field of /proc/self/status in KiB ("VmHWM:", "VmRSS:"). */
+long rcpt_proc_kb(const char *field);
+/* Resets the peak (VmHWM) to the current RSS (Linux >= 4.0), so that a
+ * peak read after is what came since; returns that VmHWM. */
+long rcpt_peak_reset(void);
+
 /* main() of an integration test program: rcpt_init, then runs the suite
  * make_suite builds. Returns the exit status. */
 int rcpt_main(Suite *(*make_suite)(void));

@@ -26,22 +26,13 @@
 static rcpt_server srv;
 static rcp_conn *conn;
 
-/* The value's byte at offset i: position-dependent, so a chunk given
- * twice, skipped or shifted does not check out. */
-static unsigned char pat(uint64_t i, unsigned seed)
-{
-    uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-    x ^= x >> 29;
-    return (unsigned char)(x * 0xbf58476d1ce4e5b9ull >> 56);
-}
-
 static void fill(char *b, size_t n, uint64_t off, unsigned seed)
 {
     for (size_t i = 0; i < n; i++)
-        b[i] = (char)pat(off + i, seed);
+        b[i] = (char)rcpt_pattern(off + i, seed);
 }
 
-/* Store a value of n bytes of pat(., seed) under key, 1 MiB at a time
+/* Store a value of n bytes of rcpt_pattern(., seed) under key, 1 MiB at a time
  * (APPEND), so that the test never holds a large value itself. */
 static void store(const char *key, size_t n, unsigned seed)
 {
@@ -86,7 +77,7 @@ static int check_fn(void *ud, const char *data, size_t len, uint64_t off, uint64
     if (off != k->next || len == 0)
         k->bad++;
     for (size_t i = 0; i < len; i++)
-        if ((unsigned char)data[i] != pat(off + i, k->seed)) {
+        if ((unsigned char)data[i] != rcpt_pattern(off + i, k->seed)) {
             k->bad++;
             break;
         }
@@ -175,20 +166,6 @@ START_TEST(callback_sizes)
 }
 END_TEST
 
-/* VmHWM and VmRSS of this process, in KiB. */
-static long proc_kb(const char *field)
-{
-    char line[256];
-    long v = -1;
-    FILE *f = fopen("/proc/self/status", "r");
-    ck_assert_ptr_nonnull(f);
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, field, strlen(field)) == 0)
-            v = strtol(line + strlen(field) + 1, NULL, 10);
-    fclose(f);
-    return v;
-}
-
 START_TEST(callback_64mib_bounded_memory)
 {
     const size_t n = 64 * MIB;
@@ -196,18 +173,13 @@ START_TEST(callback_64mib_bounded_memory)
     rcp_reply *r;
     char d[256];
     long base, peak;
-    FILE *f;
     store("sink:huge", n, 64);
     check_sink_init(&k, 64);
     /* Reset the peak to the current RSS (Linux >= 4.0), so the peak read
      * after is the GET's own. */
-    f = fopen("/proc/self/clear_refs", "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("5", f);
-    fclose(f);
-    base = proc_kb("VmHWM:");
+    base = rcpt_peak_reset();
     r = get_sink("sink:huge", &k.s);
-    peak = proc_kb("VmHWM:");
+    peak = rcpt_proc_kb("VmHWM:");
     ck_assert_msg(rcptest_is_int(r, (long long)n), "%s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_int_eq(k.bad, 0);
@@ -228,13 +200,8 @@ START_TEST(many_whole_values_bounded_memory)
     const size_t n = 64 * 1024;
     char d[256];
     long base, peak;
-    FILE *f;
     store("sink:mid", n, 9);
-    f = fopen("/proc/self/clear_refs", "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("5", f);
-    fclose(f);
-    base = proc_kb("VmHWM:");
+    base = rcpt_peak_reset();
     for (int i = 0; i < 2000; i++) {
         check_sink k;
         rcp_reply *r;
@@ -244,7 +211,7 @@ START_TEST(many_whole_values_bounded_memory)
         rcp_reply_free(r);
         ck_assert_int_eq(k.bad, 0);
     }
-    peak = proc_kb("VmHWM:");
+    peak = rcpt_proc_kb("VmHWM:");
     fprintf(stderr, "2,000 streamed 64 KiB GETs: peak RSS grew by %ld KiB\n", peak - base);
 #ifndef __SANITIZE_ADDRESS__
     ck_assert_msg(peak - base < 16 * 1024, "peak RSS grew by %ld KiB over 125 MiB streamed",
@@ -273,7 +240,7 @@ static void *pipe_main(void *arg)
     ssize_t r;
     while ((r = read(p->fd, buf, sizeof buf)) > 0) {
         for (ssize_t i = 0; i < r; i++)
-            if ((unsigned char)buf[i] != pat(p->got + (uint64_t)i, p->seed)) {
+            if ((unsigned char)buf[i] != rcpt_pattern(p->got + (uint64_t)i, p->seed)) {
                 p->bad++;
                 break;
             }
@@ -323,7 +290,7 @@ START_TEST(fd_sinks)
     ck_assert_ptr_nonnull(back);
     ck_assert_int_eq(pread(fd, back, n, 0), (ssize_t)n);
     for (size_t i = 0; i < n; i++)
-        if ((unsigned char)back[i] != pat(i, 7))
+        if ((unsigned char)back[i] != rcpt_pattern(i, 7))
             ck_abort_msg("file byte %zu differs", i);
     free(back);
     close(fd);
@@ -360,7 +327,7 @@ START_TEST(buffer_sink)
     ck_assert_msg(rcptest_is_int(r, (long long)n), "%s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     for (size_t i = 0; i < n; i++)
-        if ((unsigned char)buf[i] != pat(i, 9))
+        if ((unsigned char)buf[i] != rcpt_pattern(i, 9))
             ck_abort_msg("buffer byte %zu differs", i);
     ck_assert_int_eq(buf[n], 0); /* nothing past the value */
 

@@ -28,16 +28,7 @@ static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
 static int connects;
 
-/* The value's byte at offset i: position-dependent, so a chunk given
- * twice, skipped or shifted does not check out. */
-static unsigned char pat(uint64_t i, unsigned seed)
-{
-    uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-    x ^= x >> 29;
-    return (unsigned char)(x * 0xbf58476d1ce4e5b9ull >> 56);
-}
-
-/* A callback source of pat(., seed); ends early at stop_at if set (0, or
+/* A callback source of rcpt_pattern(., seed); ends early at stop_at if set (0, or
  * -1 with fail). Records that offsets came in order. */
 typedef struct gen_source {
     rcp_source s;
@@ -64,7 +55,7 @@ static ssize_t gen_fn(void *ud, char *buf, size_t cap, uint64_t off)
     if (n > 1000)
         n -= 7; /* not always what was asked: the library asks again */
     for (size_t i = 0; i < n; i++)
-        buf[i] = (char)pat(off + i, g->seed);
+        buf[i] = (char)rcpt_pattern(off + i, g->seed);
     g->next = off + n;
     return (ssize_t)n;
 }
@@ -94,7 +85,7 @@ static int check_fn(void *ud, const char *data, size_t len, uint64_t off, uint64
     if (off != k->next)
         k->bad++;
     for (size_t i = 0; i < len; i++)
-        if ((unsigned char)data[i] != pat(off + i, k->seed)) {
+        if ((unsigned char)data[i] != rcpt_pattern(off + i, k->seed)) {
             k->bad++;
             break;
         }
@@ -102,7 +93,7 @@ static int check_fn(void *ud, const char *data, size_t len, uint64_t off, uint64
     return 0;
 }
 
-/* The value under key is n bytes of pat(., seed). */
+/* The value under key is n bytes of rcpt_pattern(., seed). */
 static int value_is(const char *key, size_t n, unsigned seed)
 {
     check_sink k;
@@ -235,20 +226,6 @@ START_TEST(callback_sizes)
 }
 END_TEST
 
-/* VmHWM of this process, in KiB. */
-static long proc_kb(const char *field)
-{
-    char line[256];
-    long v = -1;
-    FILE *f = fopen("/proc/self/status", "r");
-    ck_assert_ptr_nonnull(f);
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, field, strlen(field)) == 0)
-            v = strtol(line + strlen(field) + 1, NULL, 10);
-    fclose(f);
-    return v;
-}
-
 START_TEST(callback_64mib_bounded_memory)
 {
     const size_t n = 64 * MIB;
@@ -256,18 +233,13 @@ START_TEST(callback_64mib_bounded_memory)
     rcp_reply *r;
     char d[256];
     long base, peak;
-    FILE *f;
     rcp_conn_stats st;
     gen_init(&g, n, 64);
     /* Reset the peak to the current RSS (Linux >= 4.0), so the peak read
      * after is the SET's own. */
-    f = fopen("/proc/self/clear_refs", "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("5", f);
-    fclose(f);
-    base = proc_kb("VmHWM:");
+    base = rcpt_peak_reset();
     r = set_source("src:huge", &g.s);
-    peak = proc_kb("VmHWM:");
+    peak = rcpt_proc_kb("VmHWM:");
     ck_assert_msg(rcpt_is_status(r, "OK"), "%s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_int_eq(g.bad, 0);
@@ -296,7 +268,7 @@ START_TEST(fd_source_at_offset)
     memset(buf, 'x', skip);
     ck_assert_int_eq(write(fd, buf, skip), (ssize_t)skip);
     for (size_t i = 0; i < n; i++)
-        buf[i] = (char)pat(i, 9);
+        buf[i] = (char)rcpt_pattern(i, 9);
     ck_assert_int_eq(write(fd, buf, n), (ssize_t)n);
     ck_assert_int_eq(write(fd, "tail", 4), 4);
     memset(&s, 0, sizeof s);
