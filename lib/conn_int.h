@@ -348,7 +348,7 @@ static inline ssize_t conn_recv_raw(struct rcp_conn *c, char *buf, size_t cap, i
             conn_stat_add(&c->st.bytes_in, (uint64_t)r);
         }
     }
-    if (r > 0)
+    if (r > 0 && c->opt.cork) /* no store to a line senders read unless it is used */
         atomic_store_explicit(&c->unheard, 0, memory_order_relaxed);
     return r;
 }
