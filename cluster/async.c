@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cache.h"
 #include "clock.h"
 #include "cluster_int.h"
 #include "format.h"
@@ -286,6 +287,8 @@ void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r)
     int act = rcp__retry_decide(cl, &cf->rq, (rcp__node *)f->data, r, &delay, &code, msg,
                                 sizeof msg);
     if (act == RCP__ACT_DONE) {
+        if (cl->cache && cf->rq.has_slot && !(cf->rq.flags & RCP__CMD_READONLY))
+            rcp__cache_drop_raw(cl, cf->rq.buf, cf->rq.len); /* as sync.c */
         cfut_finish(cf, r);
     } else if (act == RCP__ACT_FAIL) {
         cfut_fail(cf, code, msg);

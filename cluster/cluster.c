@@ -15,6 +15,7 @@
 #include <urcu-bp.h>
 
 #include "alloc.h"
+#include "cache.h"
 #include "clock.h"
 #include "cluster_int.h"
 #include "options.h"
@@ -31,6 +32,7 @@ void rcp_cluster_options_init(rcp_cluster_options *o)
     o->min_refresh_gap_ms = 100;
     o->replica_pick_ms = 50;
     o->blocking_pool = 4;
+    o->client_cache_ttl_ms = 60000;
 }
 
 
@@ -50,6 +52,7 @@ void rcp__cluster_emit(struct rcp_cluster *cl, int type, int err, const char *ms
 static void node_event(const rcp_event *ev, void *data)
 {
     struct rcp_cluster *cl = data;
+    rcp__cache_node_event(cl, ev);
     if ((ev->type == RCP_EVENT_DISCONNECTED || ev->type == RCP_EVENT_CONNECT_FAILED) &&
         ev->err != RCP_ERR_CLOSED && !atomic_load(&cl->closing))
         rcp__cluster_refresh_soon(cl);
@@ -184,10 +187,15 @@ static int check_options(const rcp_cluster_options *o, const rcp_conn_options *n
             {"min_refresh_gap_ms", o->min_refresh_gap_ms, 0, RCP__NO_MAX},
             {"replica_pick_ms", o->replica_pick_ms, 0, RCP__NO_MAX},
             {"blocking_pool", o->blocking_pool, 1, RCP__POOL_MAX},
+            {"client_cache_ttl_ms", o->client_cache_ttl_ms, 1, 86400000},
         };
         if (rcp__opt_ranges_check(r, sizeof r / sizeof r[0], why, len) != RCP_OK)
             return RCP_ERR_INVALID;
     }
+    if (o->client_cache_bytes && o->client_cache_bytes < 65536)
+        BAD("client_cache_bytes %zu is too small: 0 turns the cache off, else at least 65536",
+            o->client_cache_bytes);
+
     {
         int rv = rcp__conn_options_check(node, 0, nwhy, sizeof nwhy);
         if (rv != RCP_OK) { /* RCP_ERR_UNSUPPORTED: TLS in a build without it */
@@ -223,6 +231,7 @@ static void cluster_free(struct rcp_cluster *cl)
     rcp__free(cl->loops);
     rcp__loop_free(cl->ctl_loop);
     rcp__map_free(atomic_load(&cl->map));
+    rcp__cache_free(cl->cache);
     for (int k = 0; k < cl->nseeds; k++)
         rcp__free(cl->seeds[k].host);
     rcp__free(cl->node_user);
@@ -328,6 +337,10 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
             return RCP_ERR_OOM;
         }
     }
+    if (cl->opt.client_cache_bytes && rcp__cache_new(cl, &cl->cache) != RCP_OK) {
+        cluster_free(cl);
+        return RCP_ERR_OOM;
+    }
     for (i = 0; i < cl->nloops && !cl->app_loop; i++) {
         cl->loops[i] = rcp__loop_new();
         if (!cl->loops[i]) {
@@ -394,6 +407,7 @@ void rcp_cluster_close(rcp_cluster *cl)
         for (int role = 0; role < RCP__ROLES; role++)
             n->detached[role] = atomic_exchange(&n->conn[role], NULL);
     pthread_mutex_unlock(&cl->reg_mu);
+    rcp__cache_close_conns(cl);
     urcu_bp_synchronize_rcu();
     for (n = first; n; n = n->next) {
         for (int role = 0; role < RCP__ROLES; role++) {
@@ -433,10 +447,13 @@ int rcp_cluster_get_stats(rcp_cluster *cl, rcp_cluster_stats *o)
     o->forgotten_errors = L(forgotten_errors);
 #undef L
     pthread_mutex_lock(&cl->reg_mu);
-    for (rcp__node *n = cl->nodes; n; n = n->next)
+    for (rcp__node *n = cl->nodes; n; n = n->next) {
         if (atomic_load(&n->in_map))
             o->nodes++;
+        o->cache_invalidations += atomic_load(&n->cache_invalidations);
+    }
     pthread_mutex_unlock(&cl->reg_mu);
+    rcp__cache_stats(cl, o);
     return RCP_OK;
 }
 
@@ -464,6 +481,8 @@ size_t rcp_cluster_get_nodes(rcp_cluster *cl, rcp_cluster_node_info *out, size_t
         out[k].moved = atomic_load(&n->moved);
         out[k].ask = atomic_load(&n->ask);
         out[k].rtt_us = atomic_load(&n->rtt_ns) / 1000;
+        out[k].cache_invalidations = atomic_load(&n->cache_invalidations);
+        out[k].cache_tracking = cl->cache && (atomic_load(&n->cache_epoch) & 1);
     }
     pthread_mutex_unlock(&cl->reg_mu);
     return k;

@@ -10,6 +10,7 @@
  *   refresh.c   the refresher thread: periodic/forced refreshes, delayed
  *               retries, round-trip measurement
  *   async.c     the async path (wrapped futures)
+ *   cache.c     client-side caching: entries, tracking, invalidation
  *   sync.c      the sync path (on the caller's own thread)
  *   batch.c, multi.c, txn.c, script.c, blocking.c, pubsub.c, nodewide.c:
  *               the commands that do not fit one request on one pipeline
@@ -63,6 +64,13 @@ typedef struct rcp__node {
     _Atomic uint64_t moved, ask;    /* redirects this node answered */
     _Atomic uint64_t rtt_ns;        /* smoothed PING round trip, 0: unknown */
     struct rcp__node *next;         /* registry list */
+    /* cache.c (client-side caching on): see cache.h for the epoch. */
+    _Atomic uint64_t cache_epoch;   /* odd: tracking armed */
+    _Atomic uint64_t cache_seq;     /* bumped by every loss: an older arm does not count */
+    _Atomic long long inv_id;       /* CLIENT ID of the invalidation connection, 0: unknown */
+    _Atomic(struct rcp_conn *) inv; /* the invalidation connection, NULL: none yet */
+    _Atomic uint64_t cache_invalidations; /* keys (or flushes) the node invalidated */
+    int was_master;                 /* refresh.c's scratch, under reg_mu */
     /* blocking.c: dedicated connections for blocking commands. `all`
      * holds every one (idle or busy); whoever removes a connection from
      * it closes it, outside any I/O callback (retired ones wait in
@@ -222,6 +230,7 @@ struct rcp_cluster {
         _Atomic uint64_t requests, moved, ask, tryagain, clusterdown, loading, masterdown,
             not_sent, io, readonly, periodic, forced, refresh_failures, version, forgotten_errors;
     } st;
+    struct rcp__cache *cache; /* client-side cache (cache.c), NULL: off */
     /* The future of every fire-and-forget request (async.c): shared, since
      * the cluster layer only ever reads a caller's future and calls its
      * resolve. */

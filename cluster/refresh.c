@@ -22,6 +22,7 @@
 #include <urcu-bp.h>
 
 #include "alloc.h"
+#include "cache.h"
 #include "clock.h"
 #include "cluster_int.h"
 
@@ -164,7 +165,7 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
     pthread_mutex_lock(&cl->reg_mu);
     for (n = cl->nodes; n; n = n->next) {
         atomic_store(&n->in_map, 0);
-        atomic_store(&n->is_master, 0);
+        n->was_master = atomic_exchange(&n->is_master, 0);
     }
     for (i = 0; i < m->nshards; i++) {
         atomic_store(&m->shards[i].master->in_map, 1);
@@ -172,6 +173,11 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
         for (size_t j = 0; j < m->shards[i].nreplicas; j++)
             atomic_store(&m->shards[i].replicas[j]->in_map, 1);
     }
+    /* A demoted master's cached entries go (cache.c): its slots' reads
+     * go elsewhere now, and its own replies are a replica's. */
+    for (n = cl->nodes; n; n = n->next)
+        if (n->was_master && !atomic_load(&n->is_master))
+            rcp__cache_node_detached(n);
     /* Nodes that left the map lose their connection, after the grace
      * period and once their requests are answered (below). Seeds stay. */
     for (n = cl->nodes; n; n = n->next) {
@@ -186,6 +192,7 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
             rcp_conn_stats st;
             if (!cn)
                 continue;
+            rcp__cache_node_detached(n);
             rcp_conn_get_stats(cn, &st);
             rcp_conn_stats_add(&n->last, &st);
             closing[nclosing++] = cn;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "cache.h"
 #include "clock.h"
 #include "cluster_int.h"
 #include "format.h"
@@ -150,7 +151,16 @@ static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, c
         return sync_error_reply(RCP_ERR_TOO_LARGE, NULL);
     }
     rq.deadline = rcp__req_deadline(cl, timeout_ms);
+    if (rcp__cache_eligible(cl, &rq, argc) &&
+        (r = rcp__cache_command(cl, &rq, argv[1], argvlen ? argvlen[1] : strlen(argv[1])))) {
+        rcp__stat_add(&cl->st.requests, 1);
+        if (rq.buf != stackbuf)
+            rcp__free(rq.buf);
+        return r;
+    }
     r = sync_run(cl, &rq);
+    if (cl->cache && rq.has_slot && !(rq.flags & RCP__CMD_READONLY))
+        rcp__cache_drop_raw(cl, rq.buf, rq.len); /* a read stored meanwhile saw the old value */
     if (rq.buf != stackbuf)
         rcp__free(rq.buf);
     return r;

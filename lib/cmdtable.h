@@ -23,7 +23,9 @@ enum {
     RCP__CMD_SPLIT = 1u << 10,       /* the cluster layer splits it by slot across nodes */
     RCP__CMD_PER_NODE = 1u << 11,    /* keyless, about one node's whole keyspace (DBSIZE, KEYS,
                                       * FLUSHALL...): a cluster handle refuses it as one request */
-    RCP__CMD_ALL_FLAGS = (1u << 12) - 1 /* every bit above; a new flag moves it */
+    RCP__CMD_CACHEABLE = 1u << 12,   /* a read whose reply depends only on its key and arguments:
+                                      * the client-side cache may keep it (cluster/cache.c) */
+    RCP__CMD_ALL_FLAGS = (1u << 13) - 1 /* every bit above; a new flag moves it */
 };
 
 typedef struct rcp__cmd rcp__cmd; /* opaque: one command or subcommand */

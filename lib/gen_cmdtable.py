@@ -61,6 +61,19 @@ for name in ("xread", "xreadgroup"):
 # Multi-key commands the cluster layer splits by slot and merges.
 for name in ("mget", "mset", "del", "unlink", "exists", "touch"):
     OVERLAY[name] = ["RCP__CMD_SPLIT"]
+# Reads whose reply depends only on their key's value and their own
+# arguments (no randomness, no clock, no cursor): the client-side cache
+# (cluster/cache.c) may keep their replies until the server invalidates
+# the key. EXISTS only with one key (the cache checks).
+for name in ("get", "strlen", "getrange", "substr", "exists", "type",
+             "hget", "hmget", "hgetall", "hlen", "hexists", "hstrlen", "hkeys", "hvals",
+             "smembers", "scard", "sismember", "smismember",
+             "lrange", "llen", "lindex",
+             "zrange", "zrangebyscore", "zrangebylex", "zrevrange", "zrevrangebyscore",
+             "zrevrangebylex", "zscore", "zmscore", "zcard", "zcount", "zlexcount", "zrank",
+             "zrevrank",
+             "getbit", "bitcount", "bitpos"):
+    OVERLAY.setdefault(name, []).append("RCP__CMD_CACHEABLE")
 # Keyless commands about a node's whole keyspace: through a cluster
 # handle's ordinary call they would act on one master only, where the
 # caller almost surely meant the cluster (rcp_cluster_command_nodes runs

@@ -48,6 +48,10 @@ typedef struct rcp_cluster_options {
                                    * application loop (rcpipe/adapter.h; docs/api.md) */
     rcp_event_fn event_cb;      /* map updates and every node's connection events; NULL: none */
     void *event_data;
+    size_t client_cache_bytes;  /* client-side cache of cacheable reads (docs/caching.md), at
+                                 * most this many bytes; 0 (default): off, else >= 65536 */
+    int client_cache_ttl_ms;    /* no cached reply is served older than this (nor past the
+                                 * key's own expiry); default 60000, 1..86400000 */
 } rcp_cluster_options;
 
 RCP_API void rcp_cluster_options_init(rcp_cluster_options *o);
@@ -175,6 +179,13 @@ typedef struct rcp_cluster_stats {
     uint64_t map_version;       /* increments with every published map */
     uint64_t nodes;             /* nodes in the current map */
     uint64_t forgotten_errors;  /* fire-and-forget requests that failed (any error reply) */
+    /* Client-side cache (all 0 when off). */
+    uint64_t cache_hits;        /* replies served from the process */
+    uint64_t cache_misses;      /* cacheable reads that went to the server */
+    uint64_t cache_invalidations; /* keys the servers invalidated (a flush counts one) */
+    uint64_t cache_evictions;   /* entries dropped to stay under client_cache_bytes */
+    uint64_t cache_bytes;       /* held now (entries, their replies and index) */
+    uint64_t cache_entries;     /* held now */
 } rcp_cluster_stats;
 
 RCP_API int rcp_cluster_get_stats(rcp_cluster *c, rcp_cluster_stats *out);
@@ -186,6 +197,8 @@ typedef struct rcp_cluster_node_info {
     rcp_conn_stats conn;        /* that node's connection counters */
     uint64_t moved, ask;        /* redirects this node answered */
     uint64_t rtt_us;            /* smoothed PING round trip (refresher), 0: not measured */
+    uint64_t cache_invalidations; /* keys (or flushes) this node invalidated (client cache) */
+    int cache_tracking;         /* 1: the client cache trusts this node's invalidations now */
 } rcp_cluster_node_info;
 
 /* Fills up to max entries; returns how many nodes there are (may be more

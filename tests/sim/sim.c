@@ -30,7 +30,7 @@
 
 #include "sim.h"
 
-enum { S_ACCEPT, S_EXPECT, S_SEND, S_SENDBYTES, S_STALL, S_CLOSE, S_EXPECT_CLOSE, S_RULE, S_TIMEOUT };
+enum { S_ACCEPT, S_EXPECT, S_SEND, S_SENDBYTES, S_STALL, S_CLOSE, S_EXPECT_CLOSE, S_RULE, S_TIMEOUT, S_USE };
 enum { A_SEND, A_HANG, A_CLOSE };
 enum { W_LIT = 0, W_ONE = 1, W_REST = 2 };
 
@@ -444,6 +444,9 @@ static int parse_line(sim_node *n, const char *raw, int lineno, step *s, char *e
     } else if ((strcmp(t[0].s, "stall") == 0 || strcmp(t[0].s, "timeout") == 0) && nt == 2 &&
                atoi(t[1].s) >= 0) {
         s->kind = t[0].s[0] == 's' ? S_STALL : S_TIMEOUT;
+        s->ms = atoi(t[1].s);
+    } else if (strcmp(t[0].s, "use") == 0 && nt == 2 && atoi(t[1].s) >= 0) {
+        s->kind = S_USE;
         s->ms = atoi(t[1].s);
     } else if (strcmp(t[0].s, "close") == 0 && nt == 1) {
         s->kind = S_CLOSE;
@@ -867,6 +870,15 @@ static void run_script(sim_node *n)
             if (cur)
                 conn_close(n, n->cur);
             done = 1;
+            break;
+        case S_USE:
+            /* The connection held for the script (its queued commands
+             * wait) stays held; only where send and close go changes. */
+            if ((size_t)s->ms < n->nconns) {
+                n->conns[s->ms].claimed = 1;
+                n->cur = s->ms;
+                done = 1;
+            }
             break;
         case S_EXPECT_CLOSE:
             if (!cur) {
