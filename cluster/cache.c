@@ -398,8 +398,10 @@ static void inv_ensure(struct rcp_cluster *cl, rcp__node *n)
 /* ------------------------------------------------------------------ */
 /* serving and storing                                                 */
 
-int rcp__cache_eligible(const struct rcp_cluster *cl, const rcp__req *rq, int argc)
+int rcp__cache_eligible(const struct rcp_cluster *cl, const rcp__req *rq, int argc, int mode)
 {
+    if (mode == RCP_CACHE_BYPASS || (mode == RCP_CACHE_DEFAULT && cl->opt.client_cache_optin))
+        return 0;
     return cl->cache && (rq->flags & RCP__CMD_CACHEABLE) && rq->has_slot && !rq->sink &&
            !rq->src && argc >= 2 && (!(rq->flags & RCP__CMD_MULTIKEY) || argc == 2);
 }

@@ -31,8 +31,8 @@ void rcp__cache_free(rcp__cache *c);
 void rcp__cache_close_conns(struct rcp_cluster *cl);
 
 /* 1 if a classified one-request command (rq) may be served from the
- * cache or stored in it. */
-int rcp__cache_eligible(const struct rcp_cluster *cl, const rcp__req *rq, int argc);
+ * cache or stored in it, asked with mode (rcp_cache_mode). */
+int rcp__cache_eligible(const struct rcp_cluster *cl, const rcp__req *rq, int argc, int mode);
 /* The sync path, for an eligible command formatted in rq->buf: a hit (a
  * copy the caller owns), or the command fetched from the slot's master
  * with the key's PTTL and stored when tracking allows. NULL: neither; the

@@ -192,6 +192,8 @@ static int check_options(const rcp_cluster_options *o, const rcp_conn_options *n
         if (rcp__opt_ranges_check(r, sizeof r / sizeof r[0], why, len) != RCP_OK)
             return RCP_ERR_INVALID;
     }
+    if (o->client_cache_optin != 0 && o->client_cache_optin != 1)
+        BAD("client_cache_optin %d is not 0 or 1", o->client_cache_optin);
     if (o->client_cache_bytes && o->client_cache_bytes < 65536)
         BAD("client_cache_bytes %zu is too small: 0 turns the cache off, else at least 65536",
             o->client_cache_bytes);

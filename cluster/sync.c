@@ -85,7 +85,7 @@ static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
  * sink, only a one-request command (as async_route). */
 static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, const char **argv,
                              const size_t *argvlen, char *fmtbuf, size_t fmtlen,
-                             const rcp_sink *sink, const rcp_source *src)
+                             const rcp_sink *sink, const rcp_source *src, int cache_mode)
 {
     rcp__req rq;
     const char *why;
@@ -151,7 +151,7 @@ static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, c
         return sync_error_reply(RCP_ERR_TOO_LARGE, NULL);
     }
     rq.deadline = rcp__req_deadline(cl, timeout_ms);
-    if (rcp__cache_eligible(cl, &rq, argc) &&
+    if (rcp__cache_eligible(cl, &rq, argc, cache_mode) &&
         (r = rcp__cache_command(cl, &rq, argv[1], argvlen ? argvlen[1] : strlen(argv[1])))) {
         rcp__stat_add(&cl->st.requests, 1);
         if (rq.buf != stackbuf)
@@ -179,7 +179,8 @@ static rcp_reply *sync_refusal(rcp_cluster *cl, const char *what)
 
 /* The argv entries, with or without a sink. */
 static rcp_reply *sync_argv(rcp_cluster *cl, int timeout_ms, int argc, const char **argv,
-                            const size_t *argvlen, const rcp_sink *sink, const rcp_source *src)
+                            const size_t *argvlen, const rcp_sink *sink, const rcp_source *src,
+                            int cache_mode)
 {
     rcp_reply *r;
     int i;
@@ -193,7 +194,7 @@ static rcp_reply *sync_argv(rcp_cluster *cl, int timeout_ms, int argc, const cha
     if ((r = sync_refusal(cl, "rcp_cluster_command")))
         return r;
     atomic_fetch_add(&cl->active_calls, 1);
-    r = sync_route(cl, timeout_ms, argc, argv, argvlen, NULL, 0, sink, src);
+    r = sync_route(cl, timeout_ms, argc, argv, argvlen, NULL, 0, sink, src, cache_mode);
     atomic_fetch_sub(&cl->active_calls, 1);
     return r;
 }
@@ -201,13 +202,22 @@ static rcp_reply *sync_argv(rcp_cluster *cl, int timeout_ms, int argc, const cha
 rcp_reply *rcp_cluster_command_argv_timeout(rcp_cluster *cl, int timeout_ms, int argc,
                                             const char **argv, const size_t *argvlen)
 {
-    return sync_argv(cl, timeout_ms, argc, argv, argvlen, NULL, NULL);
+    return sync_argv(cl, timeout_ms, argc, argv, argvlen, NULL, NULL, RCP_CACHE_DEFAULT);
+}
+
+rcp_reply *rcp_cluster_command_argv_cache(rcp_cluster *cl, int mode, int timeout_ms, int argc,
+                                          const char **argv, const size_t *argvlen)
+{
+    if (mode < RCP_CACHE_DEFAULT || mode > RCP_CACHE_BYPASS)
+        return sync_error_reply(RCP_ERR_INVALID,
+                                "rcp_cluster_command_argv_cache: mode is not an rcp_cache_mode");
+    return sync_argv(cl, timeout_ms, argc, argv, argvlen, NULL, NULL, mode);
 }
 
 rcp_reply *rcp_cluster_command_argv(rcp_cluster *cl, int argc, const char **argv,
                                     const size_t *argvlen)
 {
-    return sync_argv(cl, 0, argc, argv, argvlen, NULL, NULL);
+    return sync_argv(cl, 0, argc, argv, argvlen, NULL, NULL, RCP_CACHE_DEFAULT);
 }
 
 rcp_reply *rcp_cluster_command_argv_sink(rcp_cluster *cl, int argc, const char **argv,
@@ -215,7 +225,7 @@ rcp_reply *rcp_cluster_command_argv_sink(rcp_cluster *cl, int argc, const char *
 {
     if (!sink)
         return sync_error_reply(RCP_ERR_INVALID, "rcp_cluster_command_argv_sink: NULL sink");
-    return sync_argv(cl, 0, argc, argv, argvlen, sink, NULL);
+    return sync_argv(cl, 0, argc, argv, argvlen, sink, NULL, RCP_CACHE_DEFAULT);
 }
 
 rcp_reply *rcp_cluster_command_argv_source(rcp_cluster *cl, int argc, const char **argv,
@@ -223,7 +233,7 @@ rcp_reply *rcp_cluster_command_argv_source(rcp_cluster *cl, int argc, const char
 {
     if (cl && rcp__source_check(src) != RCP_OK)
         return sync_error_reply(RCP_ERR_INVALID, "rcp_cluster_command_argv_source: invalid source");
-    return sync_argv(cl, 0, argc, argv, argvlen, NULL, src);
+    return sync_argv(cl, 0, argc, argv, argvlen, NULL, src, RCP_CACHE_DEFAULT);
 }
 
 rcp_reply *rcp_cluster_commandv_timeout(rcp_cluster *cl, int timeout_ms, const char *fmt,
@@ -241,7 +251,7 @@ rcp_reply *rcp_cluster_commandv_timeout(rcp_cluster *cl, int timeout_ms, const c
         r = sync_error_reply(rv, why);
     else
         r = sync_route(cl, timeout_ms, cmd.argc, cmd.argv, cmd.argvlen, cmd.buf, cmd.len, NULL,
-                       NULL);
+                       NULL, RCP_CACHE_DEFAULT);
     atomic_fetch_sub(&cl->active_calls, 1);
     return r;
 }

@@ -52,6 +52,8 @@ typedef struct rcp_cluster_options {
                                  * most this many bytes; 0 (default): off, else >= 65536 */
     int client_cache_ttl_ms;    /* no cached reply is served older than this (nor past the
                                  * key's own expiry); default 60000, 1..86400000 */
+    int client_cache_optin;     /* 0 (default): every cacheable sync read uses the cache;
+                                 * 1: only those asked with RCP_CACHE_USE */
 } rcp_cluster_options;
 
 RCP_API void rcp_cluster_options_init(rcp_cluster_options *o);
@@ -151,6 +153,18 @@ RCP_API int rcp_cluster_send_argv_source(rcp_cluster *c, rcp_future *f, int argc
 RCP_API rcp_reply *rcp_cluster_command_argv_source(rcp_cluster *c, int argc,
                                                    const char **argv, const size_t *argvlen,
                                                    const rcp_source *src);
+/* Per request: whether a read uses the client-side cache (docs/caching.md). */
+typedef enum rcp_cache_mode {
+    RCP_CACHE_DEFAULT = 0, /* as the handle says (client_cache_optin) */
+    RCP_CACHE_USE = 1,     /* served from the cache or stored in it, if the handle has one */
+    RCP_CACHE_BYPASS = 2   /* from the server, and not stored */
+} rcp_cache_mode;
+/* rcp_cluster_command_argv_timeout with a cache mode (an rcp_cache_mode;
+ * anything else: an RCP_ERR_INVALID reply). Writes drop their keys'
+ * entries whatever the mode. */
+RCP_API rcp_reply *rcp_cluster_command_argv_cache(rcp_cluster *c, int mode, int timeout_ms,
+                                                  int argc, const char **argv,
+                                                  const size_t *argvlen);
 RCP_API rcp_reply *rcp_cluster_command(rcp_cluster *c, const char *fmt, ...);
 RCP_API rcp_reply *rcp_cluster_commandv(rcp_cluster *c, const char *fmt, va_list ap);
 /* The same with a deadline of the call's own, in milliseconds, for the

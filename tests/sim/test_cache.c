@@ -282,11 +282,86 @@ START_TEST(expiry_bounds)
 }
 END_TEST
 
+static void get_mode_is(rcp_cluster *h, int mode, const char *want)
+{
+    const char *argv[2] = {"GET", "k"};
+    rcp_reply *r = rcp_cluster_command_argv_cache(h, mode, 0, 2, argv, NULL);
+    ck_assert_msg(r && r->type == RCP_REPLY_STRING && strcmp(r->str, want) == 0,
+                  "GET k (mode %d): got type %d \"%s\"", mode, r ? r->type : -1,
+                  r && r->str ? r->str : "");
+    rcp_reply_free(r);
+}
+
+/* Per request: RCP_CACHE_BYPASS always asks the node and stores nothing;
+ * on a handle with client_cache_optin only RCP_CACHE_USE is cached. */
+START_TEST(request_modes)
+{
+    sim_node *n[1];
+    rcp_cluster *h;
+    size_t gets;
+    const char *argv[2] = {"GET", "k"};
+    rcp_reply *r;
+    ck_assert_int_eq(sim_start(n, 1), 0);
+    h = armed(n[0], 0);
+    sim_loadf(n[0], "on GET k => send \"$2\\r\\nv1\\r\\n\"\n");
+    sim_assert_done(n[0], rcptest_scale(2000));
+    gets = sim_count(n[0], "GET k");
+    get_mode_is(h, RCP_CACHE_BYPASS, "v1");
+    get_mode_is(h, RCP_CACHE_BYPASS, "v1");
+    ck_assert_uint_eq(sim_count(n[0], "GET k"), gets + 2);
+    ck_assert_uint_eq(stats(h).cache_entries, 0);
+    get_mode_is(h, RCP_CACHE_DEFAULT, "v1"); /* stored */
+    get_mode_is(h, RCP_CACHE_BYPASS, "v1");  /* still asks */
+    ck_assert_uint_eq(sim_count(n[0], "GET k"), gets + 4);
+    get_mode_is(h, RCP_CACHE_USE, "v1");     /* a hit */
+    ck_assert_uint_eq(sim_count(n[0], "GET k"), gets + 4);
+    r = rcp_cluster_command_argv_cache(h, 7, 0, 2, argv, NULL);
+    ck_assert_msg(r && r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_INVALID, "mode 7 taken");
+    rcp_reply_free(r);
+    rcp_cluster_close(h);
+    sim_free_all(n, 1);
+}
+END_TEST
+
+START_TEST(request_modes_optin)
+{
+    sim_node *n[1];
+    rcp_cluster_options o;
+    rcp_conn_options no;
+    rcp_cluster *h;
+    size_t gets;
+    uint64_t until;
+    ck_assert_int_eq(sim_start(n, 1), 0);
+    sim_loadf(n[0], "%s%son PTTL * => send \":-1\\r\\n\"\non GET k => send \"$2\\r\\nv1\\r\\n\"\n",
+              sim_prelude, tracking_rules);
+    sim_cluster_options(&o, &no, sim_addr(n[0], seeds, sizeof seeds));
+    o.client_cache_bytes = 1 << 20;
+    o.client_cache_optin = 1;
+    h = sim_open(&o);
+    get_mode_is(h, RCP_CACHE_USE, "v1"); /* makes the invalidation connection */
+    until = rcptest_now_ns() + (uint64_t)rcptest_scale(2000) * 1000000ull;
+    while (!tracking(h) && rcptest_now_ns() < until)
+        rcptest_sleep_ms(5);
+    ck_assert_msg(tracking(h), "the node's tracking was never armed");
+    gets = sim_count(n[0], "GET k");
+    get_is(h, "k", "v1");
+    get_is(h, "k", "v1");
+    ck_assert_uint_eq(sim_count(n[0], "GET k"), gets + 2); /* not opted in: not cached */
+    get_mode_is(h, RCP_CACHE_USE, "v1");
+    get_mode_is(h, RCP_CACHE_USE, "v1");
+    ck_assert_uint_le(sim_count(n[0], "GET k"), gets + 3); /* the second at least a hit */
+    ck_assert_uint_ge(stats(h).cache_hits, 1);
+    rcp_cluster_close(h);
+    sim_free_all(n, 1);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("cache");
     RCPTEST_ADD(tc, hit_needs_no_server, invalidation_wins_over_read_in_flight,
-                own_write_drops_before_send, flush_and_lost_invalidation_connection);
+                own_write_drops_before_send, flush_and_lost_invalidation_connection, request_modes,
+                request_modes_optin);
     tcase_add_loop_test(tc, expiry_bounds, 0, 2);
     return sim_run("sim-cache", tc);
 }
