@@ -703,6 +703,11 @@ void rcp__cache_node_detached(rcp__node *n)
     node_lost(n);
 }
 
+void rcp__cache_node_promoted(rcp__node *n)
+{
+    node_arm(n); /* no-op unless it has an invalidation connection */
+}
+
 /* ------------------------------------------------------------------ */
 /* the handle                                                          */
 

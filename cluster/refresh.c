@@ -112,6 +112,8 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
     char why[300], msg[400];
     struct rcp_conn *closing[256];
     size_t nclosing = 0;
+    rcp__node *promoted[64];
+    size_t npromoted = 0;
     rcp__node *n;
 
     /* Candidates: the current map's masters, then its replicas, then the
@@ -175,9 +177,12 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
     }
     /* A demoted master's cached entries go (cache.c): its slots' reads
      * go elsewhere now, and its own replies are a replica's. */
-    for (n = cl->nodes; n; n = n->next)
+    for (n = cl->nodes; n; n = n->next) {
         if (n->was_master && !atomic_load(&n->is_master))
             rcp__cache_node_detached(n);
+        else if (!n->was_master && atomic_load(&n->is_master) && npromoted < 64)
+            promoted[npromoted++] = n;
+    }
     /* Nodes that left the map lose their connection, after the grace
      * period and once their requests are answered (below). Seeds stay. */
     for (n = cl->nodes; n; n = n->next) {
@@ -204,6 +209,11 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
     atomic_store(&cl->st.version, m->version);
     urcu_bp_synchronize_rcu();
     rcp__map_free(old);
+
+    /* A node promoted (a failback) with its connections kept: its
+     * tracking is armed again once the map sends reads there. */
+    for (i = 0; i < npromoted; i++)
+        rcp__cache_node_promoted(promoted[i]);
 
     snprintf(msg, sizeof msg, "slot map v%llu (%s): %zu shards, %zu slots covered%s",
              (unsigned long long)m->version, reason, m->nshards, m->covered,

@@ -367,6 +367,19 @@ START_TEST(staleness_checker)
         ck_assert_msg(rcpc_wait_replicas_synced(&cl, rcptest_scale(15000)) == 0, "not in sync");
     rcptest_sleep_ms(1000);
     phase_report("failover and failback", h0, r0);
+    {
+        /* The failed-back master kept its connections: the refresher's
+         * promotion re-arms its tracking (else its keys would never be
+         * cached again). */
+        rcp_cluster_node_info ni;
+        uint64_t until = rcptest_now_ns() + (uint64_t)rcptest_scale(15000) * 1000000ull;
+        while (!(rcpc_node_info(reader_h, master, &ni) && ni.is_master && ni.cache_tracking) &&
+               rcptest_now_ns() < until)
+            rcptest_sleep_ms(50);
+        ck_assert_msg(rcpc_node_info(reader_h, master, &ni) && ni.is_master && ni.cache_tracking,
+                      "%d is master again but the cache does not trust it (tracking %d)", master,
+                      ni.cache_tracking);
+    }
 
     atomic_store(&stop_flag, 1);
     pthread_join(wth, NULL);
