@@ -72,6 +72,12 @@ typedef struct invctx {
 struct rcp__cache {
     size_t shard_cap;
     uint64_t ttl_ns;
+    int bcast, nprefixes;
+    char *prefix[16];
+    size_t prefixlen[16];
+    char *arm_tail;     /* " BCAST PREFIX p ..." of the arm command, RESP-formatted */
+    size_t arm_tail_len;
+    int arm_tail_args;
     pthread_mutex_t inv_mu; /* making invalidation connections; ctxs */
     invctx *ctxs;
     shard sh[SHARDS];
@@ -258,9 +264,16 @@ static void node_flushed(rcp__node *n)
 
 typedef struct arm {
     rcp_future f;
+    rcp_future off; /* broadcast: CLIENT TRACKING OFF first (same prefixes twice overlap) */
     rcp__node *n;
     uint64_t seq;
 } arm;
+
+static void arm_off_done(rcp_future *f, rcp_reply *r)
+{
+    (void)f;
+    (void)r; /* the ON after it says whether it worked */
+}
 
 static void arm_done(rcp_future *f, rcp_reply *r)
 {
@@ -278,29 +291,50 @@ static void arm_done(rcp_future *f, rcp_reply *r)
 
 /* Point the node's plain connection at its invalidation connection. Any
  * thread, loop threads included (never blocks). */
-static void node_arm(rcp__node *n)
+static void node_arm(rcp__cache *c, rcp__node *n)
 {
+    static const char off_cmd[] = "*3\r\n$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$3\r\nOFF\r\n";
     long long id = atomic_load(&n->inv_id);
     struct rcp_conn *conn;
-    char idbuf[32], buf[128];
-    const char *argv[5] = {"CLIENT", "TRACKING", "ON", "REDIRECT", idbuf};
-    size_t len;
+    char idbuf[32], head[160], *buf;
+    size_t hlen, len;
+    int rv = RCP_ERR_OOM;
     arm *a;
     if (id <= 0 || (atomic_load(&n->cache_epoch) & 1))
         return;
+    /* *N CLIENT TRACKING ON REDIRECT id, then the broadcast arguments. */
     snprintf(idbuf, sizeof idbuf, "%lld", id);
-    len = rcp__format_try(buf, sizeof buf, 5, argv, NULL);
+    hlen = (size_t)snprintf(head, sizeof head,
+                            "*%d\r\n$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n"
+                            "$8\r\nREDIRECT\r\n$%zu\r\n%s\r\n",
+                            5 + c->arm_tail_args, strlen(idbuf), idbuf);
+    len = hlen + c->arm_tail_len;
     a = rcp__calloc(1, sizeof(*a));
-    if (!a || !len) {
+    buf = rcp__malloc(len);
+    if (!a || !buf) {
         rcp__free(a);
+        rcp__free(buf);
         return;
     }
+    memcpy(buf, head, hlen);
+    if (c->arm_tail_len)
+        memcpy(buf + hlen, c->arm_tail, c->arm_tail_len);
     a->f.resolve = arm_done;
+    a->off.resolve = arm_off_done;
     a->n = n;
     a->seq = atomic_load(&n->cache_seq);
     conn = rcp__cluster_pin(n, RCP__AS_MASTER);
-    if (!conn || rcp__conn_send_raw(conn, &a->f, buf, len, 0) != RCP_OK)
+    if (conn && !c->bcast) {
+        rv = rcp__conn_send_raw(conn, &a->f, buf, len, 0);
+    } else if (conn) {
+        rcp_future *fs[2] = {&a->off, &a->f};
+        const char *raws[2] = {off_cmd, buf};
+        size_t lens[2] = {sizeof off_cmd - 1, len};
+        rv = rcp__conn_send_group(conn, 2, fs, raws, lens, 0);
+    }
+    if (rv != RCP_OK)
         rcp__free(a);
+    rcp__free(buf);
     if (conn)
         rcp__cluster_unpin(conn);
 }
@@ -319,7 +353,7 @@ static void inv_push(void *data, rcp_reply *r)
     if (r->type != RCP_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != RCP_REPLY_STRING)
         return; /* an error: tracking stays unarmed, the cache passes reads on */
     if (r->element[0]->len == 9 && memcmp(r->element[0]->str, "subscribe", 9) == 0) {
-        node_arm(n);
+        node_arm(x->cl->cache, n);
         return;
     }
     if (r->element[0]->len != 7 || memcmp(r->element[0]->str, "message", 7) != 0)
@@ -524,6 +558,19 @@ static void fill_pending(rcp__cache *c, uint64_t h, const rcp__req *rq, uint64_t
     rcp_reply_free(value);
 }
 
+/* Broadcast tracking with prefixes: the servers invalidate only keys
+ * with one of them, so only those are cached. */
+static int key_tracked(const rcp__cache *c, const char *key, size_t keylen)
+{
+    int i;
+    if (!c->nprefixes)
+        return 1;
+    for (i = 0; i < c->nprefixes; i++)
+        if (keylen >= c->prefixlen[i] && memcmp(key, c->prefix[i], c->prefixlen[i]) == 0)
+            return 1;
+    return 0;
+}
+
 rcp_reply *rcp__cache_command(struct rcp_cluster *cl, rcp__req *rq, const char *key,
                               size_t keylen)
 {
@@ -540,6 +587,8 @@ rcp_reply *rcp__cache_command(struct rcp_cluster *cl, rcp__req *rq, const char *
     rcp_reply *r;
     int rv, ms;
 
+    if (!key_tracked(c, key, keylen))
+        return NULL;
     if ((r = lookup(cl, h, rq)))
         return r;
     urcu_bp_read_lock();
@@ -695,7 +744,7 @@ void rcp__cache_node_event(struct rcp_cluster *cl, const rcp_event *ev)
      * (rcp__cache_node_detached). */
     if (lost)
         node_lost(n);
-    node_arm(n);
+    node_arm(cl->cache, n);
 }
 
 void rcp__cache_node_detached(rcp__node *n)
@@ -703,9 +752,10 @@ void rcp__cache_node_detached(rcp__node *n)
     node_lost(n);
 }
 
-void rcp__cache_node_promoted(rcp__node *n)
+void rcp__cache_node_promoted(struct rcp_cluster *cl, rcp__node *n)
 {
-    node_arm(n); /* no-op unless it has an invalidation connection */
+    if (cl->cache)
+        node_arm(cl->cache, n); /* no-op unless it has an invalidation connection */
 }
 
 /* ------------------------------------------------------------------ */
@@ -723,6 +773,39 @@ int rcp__cache_new(struct rcp_cluster *cl, rcp__cache **out)
     pthread_mutex_init(&c->inv_mu, NULL);
     for (i = 0; i < SHARDS; i++) {
         pthread_mutex_init(&c->sh[i].mu, NULL);
+    }
+    c->bcast = cl->opt.client_cache_bcast;
+    if (c->bcast) {
+        /* The arm command's tail: BCAST [PREFIX p]... (checked at open). */
+        const char *argv[33];
+        int argc = 0;
+        argv[argc++] = "BCAST";
+        for (i = 0; i < cl->opt.client_cache_nprefixes; i++) {
+            argv[argc++] = "PREFIX";
+            argv[argc++] = cl->opt.client_cache_prefixes[i];
+            c->prefix[i] = rcp__strdup(cl->opt.client_cache_prefixes[i]);
+            if (!c->prefix[i]) {
+                rcp__cache_free(c);
+                return RCP_ERR_OOM;
+            }
+            c->prefixlen[i] = strlen(c->prefix[i]);
+            c->nprefixes = i + 1;
+        }
+        /* The whole formatted command minus its "*N\r\n" head. */
+        c->arm_tail_len = rcp__format_len(argc, argv, NULL);
+        c->arm_tail = rcp__malloc(c->arm_tail_len);
+        if (!c->arm_tail) {
+            rcp__cache_free(c);
+            return RCP_ERR_OOM;
+        }
+        rcp__format_write(c->arm_tail, argc, argv, NULL);
+        {
+            char *crlf = memchr(c->arm_tail, '\n', c->arm_tail_len);
+            size_t skip = (size_t)(crlf - c->arm_tail) + 1;
+            memmove(c->arm_tail, c->arm_tail + skip, c->arm_tail_len - skip);
+            c->arm_tail_len -= skip;
+        }
+        c->arm_tail_args = argc;
     }
     *out = c;
     return RCP_OK;
@@ -765,6 +848,9 @@ void rcp__cache_free(rcp__cache *c)
         pthread_mutex_destroy(&s->mu);
     }
     pthread_mutex_destroy(&c->inv_mu);
+    for (i = 0; i < c->nprefixes; i++)
+        rcp__free(c->prefix[i]);
+    rcp__free(c->arm_tail);
     rcp__free(c);
 }
 

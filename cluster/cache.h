@@ -57,7 +57,7 @@ void rcp__cache_node_event(struct rcp_cluster *cl, const rcp_event *ev);
 void rcp__cache_node_detached(rcp__node *n);
 /* The refresher found the node promoted to master: arm its tracking if it
  * is not (any thread, no lock held). */
-void rcp__cache_node_promoted(rcp__node *n);
+void rcp__cache_node_promoted(struct rcp_cluster *cl, rcp__node *n);
 
 /* Adds the cache's counters to o but cache_invalidations (summed from
  * the nodes by the caller). */

@@ -194,6 +194,26 @@ static int check_options(const rcp_cluster_options *o, const rcp_conn_options *n
     }
     if (o->client_cache_optin != 0 && o->client_cache_optin != 1)
         BAD("client_cache_optin %d is not 0 or 1", o->client_cache_optin);
+    if (o->client_cache_bcast != 0 && o->client_cache_bcast != 1)
+        BAD("client_cache_bcast %d is not 0 or 1", o->client_cache_bcast);
+    if (o->client_cache_nprefixes < 0 || o->client_cache_nprefixes > 16)
+        BAD("client_cache_nprefixes %d is not 0..16", o->client_cache_nprefixes);
+    if (o->client_cache_nprefixes && !o->client_cache_bcast)
+        BAD("client_cache_prefixes are for broadcast tracking: set client_cache_bcast too");
+    if (o->client_cache_nprefixes && !o->client_cache_prefixes)
+        BAD("client_cache_nprefixes is %d but client_cache_prefixes is NULL",
+            o->client_cache_nprefixes);
+    for (int i = 0; i < o->client_cache_nprefixes; i++) {
+        const char *p = o->client_cache_prefixes[i];
+        if (!p || !*p || strlen(p) > 256)
+            BAD("client_cache_prefixes[%d] is NULL, empty or longer than 256 bytes", i);
+        for (int j = 0; j < i; j++) {
+            const char *q = o->client_cache_prefixes[j];
+            size_t lp = strlen(p), lq = strlen(q);
+            if (strncmp(p, q, lp < lq ? lp : lq) == 0)
+                BAD("client_cache_prefixes '%s' and '%s' overlap (the servers refuse that)", q, p);
+        }
+    }
     if (o->client_cache_bytes && o->client_cache_bytes < 65536)
         BAD("client_cache_bytes %zu is too small: 0 turns the cache off, else at least 65536",
             o->client_cache_bytes);
@@ -343,6 +363,7 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
         cluster_free(cl);
         return RCP_ERR_OOM;
     }
+    cl->opt.client_cache_prefixes = NULL; /* the caller's: the cache copied them */
     for (i = 0; i < cl->nloops && !cl->app_loop; i++) {
         cl->loops[i] = rcp__loop_new();
         if (!cl->loops[i]) {

@@ -213,7 +213,7 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
     /* A node promoted (a failback) with its connections kept: its
      * tracking is armed again once the map sends reads there. */
     for (i = 0; i < npromoted; i++)
-        rcp__cache_node_promoted(promoted[i]);
+        rcp__cache_node_promoted(cl, promoted[i]);
 
     snprintf(msg, sizeof msg, "slot map v%llu (%s): %zu shards, %zu slots covered%s",
              (unsigned long long)m->version, reason, m->nshards, m->covered,

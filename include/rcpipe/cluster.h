@@ -54,6 +54,12 @@ typedef struct rcp_cluster_options {
                                  * key's own expiry); default 60000, 1..86400000 */
     int client_cache_optin;     /* 0 (default): every cacheable sync read uses the cache;
                                  * 1: only those asked with RCP_CACHE_USE */
+    int client_cache_bcast;     /* 0 (default): the servers track the keys this handle read;
+                                 * 1: broadcast tracking: they invalidate every key with one
+                                 * of the prefixes, read or not, and keep no table per key */
+    const char *const *client_cache_prefixes; /* broadcast: the prefixes (copied; at most 16,
+                                 * none a prefix of another); none: every key */
+    int client_cache_nprefixes;
 } rcp_cluster_options;
 
 RCP_API void rcp_cluster_options_init(rcp_cluster_options *o);

@@ -1,11 +1,12 @@
 /* test_cache.c: the client-side cache (issue 15) against a real cluster
  * (3 masters, 1 replica each).
  *
- * - tracks_real_server: a handle with the cache reads a key until it is
- *   served from the process (the node's tracking armed); another client
- *   changes it; the cached handle sees the new value within a bound, the
- *   servers' invalidations counted. A SET through the caching handle is
- *   read back at once.
+ * - tracks_real_server (default tracking; broadcast; broadcast with a
+ *   prefix): a handle with the cache reads a key until it is served from
+ *   the process (the node's tracking armed); another client changes it;
+ *   the cached handle sees the new value within a bound, the servers'
+ *   invalidations counted. A SET through the caching handle is read back
+ *   at once.
  * - own_writes_with_readers: one thread writes a key and reads it back
  *   through the caching handle 2,000 times while three threads read the
  *   same key through it as fast as they can (filling the cache between the
@@ -44,13 +45,26 @@
 
 static rcpc_cluster cl;
 
-static rcp_cluster *open_handle(size_t cache_bytes)
+/* bcast 0: default tracking; 1: broadcast, every key; 2: broadcast,
+ * prefix "{c}". */
+static rcp_cluster *open_mode(size_t cache_bytes, int bcast)
 {
+    static const char *const prefixes[1] = {"{c}"};
     rcp_cluster_options o;
     rcp_conn_options node;
     rcpc_options(&o, &node, cl.seed);
     o.client_cache_bytes = cache_bytes;
+    o.client_cache_bcast = bcast > 0;
+    if (bcast == 2) {
+        o.client_cache_prefixes = prefixes;
+        o.client_cache_nprefixes = 1;
+    }
     return rcpc_open(&o);
+}
+
+static rcp_cluster *open_handle(size_t cache_bytes)
+{
+    return open_mode(cache_bytes, 0);
 }
 
 static long long get_int(rcp_cluster *h, const char *key, int *ok)
@@ -103,7 +117,7 @@ START_TEST(tracks_real_server)
     long long v = 0;
     int ok;
     ck_assert_msg(rcpc_wait_ok(&cl, 30, err, sizeof err) == 0, "%s", err);
-    a = open_handle(4u << 20);
+    a = open_mode(4u << 20, _i);
     b = open_handle(0);
     set_int(b, "{c}k", 1);
     wait_hit(a, "{c}k");
@@ -114,7 +128,8 @@ START_TEST(tracks_real_server)
     while ((v = get_int(a, "{c}k", &ok)) != 2 && rcptest_now_ns() < until)
         ;
     ck_assert_msg(v == 2, "the cached handle still reads %lld after another client wrote 2", v);
-    fprintf(stderr, "tracks_real_server: the new value read %.3f ms after the write\n",
+    fprintf(stderr, "tracks_real_server (%s): the new value read %.3f ms after the write\n",
+            _i == 0 ? "default" : _i == 1 ? "bcast" : "bcast prefix {c}",
             (double)(rcptest_now_ns() - t0) / 1e6);
     ck_assert_int_eq(rcp_cluster_get_stats(a, &st), RCP_OK);
     ck_assert_uint_ge(st.cache_invalidations, 1);
@@ -407,7 +422,8 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPTEST_ADD(tc, tracks_real_server, own_writes_with_readers, staleness_checker);
+    tcase_add_loop_test(tc, tracks_real_server, 0, 3);
+    RCPTEST_ADD(tc, own_writes_with_readers, staleness_checker);
 }
 
 int main(void)

@@ -356,12 +356,75 @@ START_TEST(request_modes_optin)
 }
 END_TEST
 
+/* Broadcast tracking with a prefix: the arm is CLIENT TRACKING OFF then
+ * ON ... BCAST PREFIX user: (the same prefixes twice on one connection
+ * would overlap); keys with the prefix are cached, others never are. */
+START_TEST(bcast_prefixes)
+{
+    sim_node *n[1];
+    rcp_cluster_options o;
+    rcp_conn_options no;
+    rcp_cluster *h;
+    const char *prefixes[1] = {"user:"};
+    size_t gets;
+    uint64_t until;
+    ck_assert_int_eq(sim_start(n, 1), 0);
+    sim_loadf(n[0],
+              "%s%son CLIENT TRACKING OFF => send \"+OK\\r\\n\"\n"
+              "on CLIENT TRACKING ON REDIRECT 42 BCAST PREFIX user: => send \"+OK\\r\\n\"\n"
+              "on PTTL * => send \":-1\\r\\n\"\n"
+              "on GET user:1 => send \"$2\\r\\nv1\\r\\n\"\n"
+              "on GET other => send \"$2\\r\\nv9\\r\\n\"\n",
+              sim_prelude, tracking_rules);
+    sim_cluster_options(&o, &no, sim_addr(n[0], seeds, sizeof seeds));
+    o.client_cache_bytes = 1 << 20;
+    o.client_cache_bcast = 1;
+    o.client_cache_prefixes = prefixes;
+    o.client_cache_nprefixes = 1;
+    h = sim_open(&o);
+    get_is(h, "user:1", "v1");
+    until = rcptest_now_ns() + (uint64_t)rcptest_scale(2000) * 1000000ull;
+    while (!tracking(h) && rcptest_now_ns() < until)
+        rcptest_sleep_ms(5);
+    ck_assert_msg(tracking(h), "the node's tracking was never armed");
+    ck_assert_uint_ge(sim_count(n[0], "CLIENT TRACKING OFF"), 1);
+    ck_assert_uint_eq(sim_count(n[0], "CLIENT TRACKING ON REDIRECT 42"), 0);
+    get_is(h, "user:1", "v1");
+    gets = sim_count(n[0], "GET user:1");
+    get_is(h, "user:1", "v1");
+    ck_assert_uint_eq(sim_count(n[0], "GET user:1"), gets); /* a hit */
+    get_is(h, "other", "v9");
+    get_is(h, "other", "v9");
+    ck_assert_uint_eq(sim_count(n[0], "GET other"), 2);
+    ck_assert_uint_eq(sim_count(n[0], "PTTL other"), 0);
+    rcp_cluster_close(h);
+    /* Overlapping prefixes, or prefixes without bcast: refused at open. */
+    {
+        const char *bad[2] = {"user:", "user:1"};
+        rcp_cluster *h2 = NULL;
+        char err[512];
+        o.client_cache_prefixes = bad;
+        o.client_cache_nprefixes = 2;
+        ck_assert_int_eq(rcp_cluster_open(&o, &h2, err, sizeof err), RCP_ERR_INVALID);
+        ck_assert_msg(strstr(err, "overlap") != NULL, "%s", err);
+        o.client_cache_nprefixes = 1;
+        o.client_cache_bcast = 0;
+        ck_assert_int_eq(rcp_cluster_open(&o, &h2, err, sizeof err), RCP_ERR_INVALID);
+        o.client_cache_bcast = 1;
+        o.client_cache_bytes = 1000;
+        ck_assert_int_eq(rcp_cluster_open(&o, &h2, err, sizeof err), RCP_ERR_INVALID);
+        ck_assert_msg(strstr(err, "client_cache_bytes") != NULL, "%s", err);
+    }
+    sim_free_all(n, 1);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("cache");
     RCPTEST_ADD(tc, hit_needs_no_server, invalidation_wins_over_read_in_flight,
                 own_write_drops_before_send, flush_and_lost_invalidation_connection, request_modes,
-                request_modes_optin);
+                request_modes_optin, bcast_prefixes);
     tcase_add_loop_test(tc, expiry_bounds, 0, 2);
     return sim_run("sim-cache", tc);
 }
