@@ -2547,7 +2547,8 @@ static void *worker_main(void *arg)
 /* ------------------------------------------------------------- writer */
 
 /* --writer-rate: one thread SETs keys of the readers' key space on a fixed
- * schedule (SET k due at start + k/rate; a late one goes at once), through
+ * schedule (SET k, from 0, due at start + (k+1)/rate, so that T seconds
+ * make T x rate of them; a late one goes at once), through
  * a cluster handle of its own without cache, so that what the readers'
  * cache learns of those writes comes from the servers' invalidations, as
  * it would from another process. Keys are drawn with the GETs' pattern
@@ -2587,7 +2588,7 @@ static void *writer_main(void *arg)
     argv[2] = b->value;
     argvlen[2] = cfg->data_size;
     for (k = 0;; k++) {
-        uint64_t due = b->start_ns + (uint64_t)((double)k * 1e9 / (double)cfg->writer_rate);
+        uint64_t due = b->start_ns + (uint64_t)((double)(k + 1) * 1e9 / (double)cfg->writer_rate);
         rcp_reply *r;
         char err[256];
         size_t bytes, vlen;
