@@ -248,6 +248,7 @@ bad --client-cache-ttl-ms 100
 # these two ask the node first: it is not a cluster
 bad --client-cache-bytes 1048576 -n 1
 bad --writer-rate 10 -n 1
+bad --writer-rate 10 --count-allocs
 
 # TLS: only where rcp-bench was built with it (a probe tells: without TLS
 # --tls is refused before connecting, with it the connect to port 1 fails).
