@@ -91,6 +91,7 @@
 #define MAX_SERIES 3600u   /* seconds kept in the per-second series */
 #define MAX_DEPTH 65536u   /* --async-depth and --pipeline */
 #define SLEEP_SLICE_NS 100000000u /* a rate-limited thread checks for the stop this often */
+#define MIN_CACHE_BYTES 65536u /* rcp_cluster_options.client_cache_bytes, when not 0 */
 
 enum client_kind { CLIENT_RCPIPE, CLIENT_CLASSIC };
 enum loop_kind { LOOP_NONE, LOOP_LIBEVENT, LOOP_LIBUV };
@@ -141,6 +142,9 @@ typedef struct config {
     tlsconn_settings tls_s; /* --cacert, --cert, --key, --sni, --tls-skip-verify */
     bool stream;          /* --stream: rcpipe GETs into a counting sink (rcp_sink) */
     size_t big_size;      /* --big-thread SIZE: thread 0 moves values of SIZE; 0: off */
+    size_t cache_bytes;   /* --client-cache-bytes: rcp_cluster_options.client_cache_bytes */
+    int cache_ttl_ms;     /* --client-cache-ttl-ms; 0: the library's default */
+    uint64_t writer_rate; /* --writer-rate: SETs/s from one extra thread and handle; 0: none */
 } config;
 
 struct bench;
@@ -427,6 +431,15 @@ static void usage(FILE *f)
         "      --stream             rcpipe: GETs stream their value into a sink that counts\n"
         "                           and discards it (rcp_sink); SETs stay ordinary\n"
         "\n"
+        "Client-side cache (rcpipe, cluster, sync mode; docs/caching.md):\n"
+        "      --client-cache-bytes N  cache up to N bytes of GET replies (0: off, the\n"
+        "                           default; else at least 65536)\n"
+        "      --client-cache-ttl-ms N  longest a cached reply is served (library default\n"
+        "                           60000)\n"
+        "      --writer-rate N      cluster mode: one extra thread SETs N keys/s (keys drawn\n"
+        "                           like the GETs'), through its own handle without cache,\n"
+        "                           so that the servers send invalidations (0: none)\n"
+        "\n"
         "Large values:\n"
         "      --big-thread SIZE    sync mode, 2+ threads: thread 0 GETs/SETs values of\n"
         "                           SIZE bytes on keys of its own (PREFIXbig-0..1, set\n"
@@ -579,7 +592,10 @@ enum {
     OPT_TLS_SKIP_VERIFY,
     OPT_SNI,
     OPT_STREAM,
-    OPT_BIG_THREAD
+    OPT_BIG_THREAD,
+    OPT_CACHE_BYTES,
+    OPT_CACHE_TTL,
+    OPT_WRITER_RATE
 };
 
 /* "X" or "X:Y" with X, Y in R, S, G (memtier's SET:GET form). */
@@ -697,6 +713,9 @@ static void parse_args(config *cfg, int argc, char **argv)
         {"sni", required_argument, NULL, OPT_SNI},
         {"stream", no_argument, NULL, OPT_STREAM},
         {"big-thread", required_argument, NULL, OPT_BIG_THREAD},
+        {"client-cache-bytes", required_argument, NULL, OPT_CACHE_BYTES},
+        {"client-cache-ttl-ms", required_argument, NULL, OPT_CACHE_TTL},
+        {"writer-rate", required_argument, NULL, OPT_WRITER_RATE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -830,6 +849,19 @@ static void parse_args(config *cfg, int argc, char **argv)
         case OPT_BIG_THREAD:
             cfg->big_size = (size_t)parse_u64("--big-thread", optarg, 1, MAX_DATA_SIZE);
             break;
+        case OPT_CACHE_BYTES:
+            cfg->cache_bytes = (size_t)parse_u64("--client-cache-bytes", optarg, 0, SIZE_MAX);
+            /* the library's own bound, said here rather than at open */
+            if (cfg->cache_bytes && cfg->cache_bytes < MIN_CACHE_BYTES)
+                die_usage("--client-cache-bytes: %zu is too small: 0 turns the cache off, "
+                          "else at least %u", cfg->cache_bytes, MIN_CACHE_BYTES);
+            break;
+        case OPT_CACHE_TTL:
+            cfg->cache_ttl_ms = (int)parse_u64("--client-cache-ttl-ms", optarg, 1, 86400000);
+            break;
+        case OPT_WRITER_RATE:
+            cfg->writer_rate = parse_u64("--writer-rate", optarg, 0, 1000000);
+            break;
         case 'h': usage(stdout); exit(0);
         case ':': die_usage("option '%s' needs an argument", argv[optind - 1]);
         default:
@@ -904,6 +936,23 @@ static void parse_args(config *cfg, int argc, char **argv)
                       cfg->event_loop ? "" : " x threads is more");
     }
     check_tls_options(cfg);
+    /* The cache serves only sync rcp_cluster_command* calls: anywhere else
+     * it would be opened and never asked, and the run would say nothing. */
+    if (cfg->cache_ttl_ms && !cfg->cache_bytes)
+        die_usage("--client-cache-ttl-ms needs --client-cache-bytes N (the cache is off)");
+    if (cfg->cache_bytes && cfg->client != CLIENT_RCPIPE)
+        die_usage("--client-cache-bytes applies to --client rcpipe only (the classic "
+                  "baselines have no cache)");
+    if (cfg->cache_bytes && (cfg->async_depth || cfg->pipeline > 1))
+        die_usage("--client-cache-bytes works in sync mode only: the cache serves "
+                  "rcp_cluster_command* calls, and the sends of --async-depth, --pipeline, "
+                  "--refill and --event-loop bypass it");
+    if (cfg->writer_rate && cfg->count_allocs)
+        die_usage("--count-allocs: not with --writer-rate (the writer's handle allocates "
+                  "through the same hooks)");
+    if (cfg->cache_bytes && cfg->stream)
+        die_usage("--client-cache-bytes: not with --stream (a GET into a sink bypasses the "
+                  "cache)");
     if (cfg->series_max && (!cfg->rate || cfg->async_depth || cfg->pipeline > 1))
         die_usage("--series needs --rate-limiting and sync mode (no --async-depth, "
                   "no --pipeline)");
@@ -1920,6 +1969,12 @@ static void cl_stats_add(rcp_cluster_stats *a, const rcp_cluster_stats *b)
     a->refresh_failures += b->refresh_failures;
     a->map_version += b->map_version;
     a->nodes += b->nodes;
+    a->cache_hits += b->cache_hits;
+    a->cache_misses += b->cache_misses;
+    a->cache_invalidations += b->cache_invalidations;
+    a->cache_evictions += b->cache_evictions;
+    a->cache_bytes += b->cache_bytes;
+    a->cache_entries += b->cache_entries;
 }
 
 /* Whether a completion sends the next request on its slot: the warm-up
@@ -2492,6 +2547,114 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* ------------------------------------------------------------- writer */
+
+/* --writer-rate: one thread SETs keys of the readers' key space on a fixed
+ * schedule (SET k, from 0, due at start + (k+1)/rate, so that T seconds
+ * make T x rate of them; a late one goes at once), through
+ * a cluster handle of its own without cache, so that what the readers'
+ * cache learns of those writes comes from the servers' invalidations, as
+ * it would from another process. Keys are drawn with the GETs' pattern
+ * (hot keys get written as often as they are read). It stops when the
+ * workers have finished; its requests are in no table, only in
+ * writer_ops. */
+typedef struct writer {
+    bench *b;
+    rcp_cluster *cl;
+    pthread_t tid;
+    worker kw;              /* key choice only: next_key()'s rng and state */
+    atomic_bool stop;
+    uint64_t ops, errors;
+    char first_error[256];
+} writer;
+
+static void *writer_main(void *arg)
+{
+    writer *wr = arg;
+    bench *b = wr->b;
+    const config *cfg = b->cfg;
+    size_t plen = strlen(cfg->key_prefix);
+    char *key = malloc(plen + 21);
+    const char *argv[3];
+    size_t argvlen[3];
+    uint64_t k;
+
+    if (!key) {
+        snprintf(wr->first_error, sizeof(wr->first_error), "out of memory");
+        wr->errors++;
+        return NULL;
+    }
+    memcpy(key, cfg->key_prefix, plen);
+    argv[0] = "SET";
+    argvlen[0] = 3;
+    argv[1] = key;
+    argv[2] = b->value;
+    argvlen[2] = cfg->data_size;
+    for (k = 0;; k++) {
+        uint64_t due = b->start_ns + (uint64_t)((double)(k + 1) * 1e9 / (double)cfg->writer_rate);
+        rcp_reply *r;
+        char err[256];
+        size_t bytes, vlen;
+
+        /* sleep in slices, to notice the end of the run */
+        for (;;) {
+            uint64_t now = now_ns();
+            struct timespec ts;
+
+            if (atomic_load_explicit(&wr->stop, memory_order_relaxed))
+                goto out;
+            if (now >= due)
+                break;
+            ts = ns_to_timespec(due - now > SLEEP_SLICE_NS ? now + SLEEP_SLICE_NS : due);
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+                ;
+        }
+        argvlen[1] = plen + u64_to_dec(next_key(&wr->kw, false), key + plen);
+        r = rcp_cluster_command_argv(wr->cl, 3, argv, argvlen);
+        if (judge_rcpipe(true, r, err, sizeof(err), &bytes, &vlen) == OUT_ERR) {
+            if (!wr->errors++)
+                snprintf(wr->first_error, sizeof(wr->first_error), "%s", err);
+        } else {
+            wr->ops++;
+        }
+        rcp_reply_free(r);
+    }
+out:
+    free(key);
+    return NULL;
+}
+
+/* The writer's handle: the run's node options (auth, TLS) but no cache,
+ * whatever --client is. Dies when it cannot connect. */
+static void writer_open(const config *cfg, writer *wr)
+{
+    rcp_conn_options o;
+    rcp_cluster_options co;
+    char seeds[300], err[512] = "";
+    int rc;
+
+    rcp_conn_options_init(&o);
+    o.username = cfg->user;
+    o.password = cfg->password;
+    if (cfg->tls) {
+        o.tls = 1;
+        o.tls_ca_file = cfg->tls_s.ca_file;
+        o.tls_cert_file = cfg->tls_s.cert_file;
+        o.tls_key_file = cfg->tls_s.key_file;
+        o.tls_server_name = cfg->tls_s.sni;
+        o.tls_insecure_skip_verify = cfg->tls_s.skip_verify;
+    }
+    snprintf(seeds, sizeof(seeds), strchr(cfg->host, ':') ? "[%s]:%d" : "%s:%d", cfg->host,
+             cfg->port);
+    rcp_cluster_options_init(&co);
+    co.seeds = seeds;
+    co.node = &o;
+    rc = rcp_cluster_open(&co, &wr->cl, err, sizeof(err));
+    if (rc != RCP_OK || !wr->cl)
+        die_run("--writer-rate: rcp_cluster_open %s: %s%s%s", seeds, rcp_strerror(rc),
+                err[0] ? ": " : "", err);
+}
+
 /* ---------------------------------------------------------------- report */
 
 typedef struct usage_snap {
@@ -2536,7 +2699,10 @@ typedef struct results {
     double replica_cpu_us;       /* sum of the replicas' CPU deltas */
     uint64_t replica_commands;
     bool cl_ok;                  /* rcpipe: cluster counters available */
-    rcp_cluster_stats cl;        /* rcpipe: deltas over the timed phase */
+    rcp_cluster_stats cl;        /* rcpipe: deltas over the timed phase (cache_bytes and
+                                  * cache_entries: at the end) */
+    uint64_t writer_ops, writer_errors; /* --writer-rate: SETs done, failed */
+    int cache_ttl_ms;            /* rcpipe, cluster: the ttl the handle got */
     uint64_t moved, ask, refreshes; /* classic: the bench's own; rcpipe: from cl */
     uint64_t hits, misses, set_bytes, get_bytes;
     uint64_t allocs;             /* --count-allocs: library allocations in the run */
@@ -2619,6 +2785,14 @@ static void print_row(const char *name, const hist *h, uint64_t ops, bool gets, 
     cell(14, totals, r->client_cpu_us_per_op, 3);
     cell(11, totals && lib, r->commands_per_write, 2);
     printf("\n");
+}
+
+/* hits / (hits + misses) over the run; 0 when the cache answered nothing */
+static double cache_hit_ratio(const results *r)
+{
+    uint64_t n = r->cl.cache_hits + r->cl.cache_misses;
+
+    return n ? (double)r->cl.cache_hits / (double)n : 0.0;
 }
 
 static void print_results(const config *cfg, const results *r)
@@ -2722,6 +2896,20 @@ static void print_results(const config *cfg, const results *r)
     if (r->cluster)
         printf("redirects            moved %" PRIu64 ", ask %" PRIu64 ", slot map reloads %" PRIu64
                "\n", r->moved, r->ask, r->refreshes);
+    if (cfg->client == CLIENT_RCPIPE && r->cluster && cfg->cache_bytes && r->cl_ok)
+        printf("client cache         %" PRIu64 " hits, %" PRIu64 " misses (hit ratio %.3f), "
+               "%" PRIu64 " invalidations, %" PRIu64 " evictions; holds %" PRIu64 " bytes in %"
+               PRIu64 " entries (cap %zu, ttl %d ms)\n",
+               r->cl.cache_hits, r->cl.cache_misses, cache_hit_ratio(r), r->cl.cache_invalidations,
+               r->cl.cache_evictions, r->cl.cache_bytes, r->cl.cache_entries, cfg->cache_bytes,
+               r->cache_ttl_ms);
+    else if (cfg->client == CLIENT_RCPIPE && r->cluster)
+        printf("client cache         off\n");
+    if (cfg->writer_rate)
+        printf("writer               %" PRIu64 " SETs (%" PRIu64 " errors), %.0f/s of %" PRIu64
+               "/s offered, own handle without cache; not in the table above\n",
+               r->writer_ops, r->writer_errors,
+               ratio_or_nan((double)r->writer_ops, r->elapsed_s), cfg->writer_rate);
     printf("client CPU           %.3f us/op\n", r->client_cpu_us_per_op);
     printf("value bytes          %.3f MB/s (%" PRIu64 " bytes: SET values sent + GET values "
            "received)%s\n", ratio_or_nan((double)r->value_bytes, r->elapsed_s) / 1e6,
@@ -2967,6 +3155,32 @@ static bool write_json(const config *cfg, const results *r)
     } else {
         fprintf(f, "  \"big_thread\": null,\n");
     }
+    /* The client cache: numbers for rcpipe in cluster mode (0 when off),
+     * null where there is no cache to ask (classic, one node). */
+    if (cfg->cache_bytes)
+        fprintf(f, "  \"client_cache_bytes\": %zu,\n  \"client_cache_ttl_ms\": %d,\n",
+                cfg->cache_bytes, r->cache_ttl_ms);
+    else
+        fprintf(f, "  \"client_cache_bytes\": 0,\n  \"client_cache_ttl_ms\": null,\n");
+    if (cfg->client == CLIENT_RCPIPE && r->cluster && r->cl_ok) {
+        json_u64(f, "cache_hits", r->cl.cache_hits);
+        json_u64(f, "cache_misses", r->cl.cache_misses);
+        json_u64(f, "cache_invalidations", r->cl.cache_invalidations);
+        json_u64(f, "cache_evictions", r->cl.cache_evictions);
+        json_u64(f, "cache_bytes", r->cl.cache_bytes);
+        json_u64(f, "cache_entries", r->cl.cache_entries);
+        json_num(f, "cache_hit_ratio", cache_hit_ratio(r), false);
+    } else {
+        fprintf(f, "  \"cache_hits\": null,\n  \"cache_misses\": null,\n"
+                "  \"cache_invalidations\": null,\n  \"cache_evictions\": null,\n"
+                "  \"cache_bytes\": null,\n  \"cache_entries\": null,\n"
+                "  \"cache_hit_ratio\": null,\n");
+    }
+    json_u64(f, "writer_rate", cfg->writer_rate);
+    json_u64(f, "writer_ops", r->writer_ops);
+    json_u64(f, "writer_errors", r->writer_errors);
+    json_num(f, "writer_ops_per_sec",
+             cfg->writer_rate ? ratio_or_nan((double)r->writer_ops, r->elapsed_s) : NAN, false);
     if (r->cluster) {
         bool rep = r->server_ok && r->replicas_ok;
 
@@ -3259,6 +3473,8 @@ int main(int argc, char **argv)
     slotmap *map = NULL;
     usage_snap u0, u1;
     lib_snap st0, st1;
+    writer wr;
+    bool writer_started = false;
     pthread_condattr_t ca;
     pthread_attr_t ta;
     char err[512];
@@ -3289,6 +3505,7 @@ int main(int argc, char **argv)
     memset(&res, 0, sizeof(res));
     memset(&st0, 0, sizeof(st0));
     memset(&st1, 0, sizeof(st1));
+    memset(&wr, 0, sizeof(wr));
     b.cfg = &cfg;
     atomic_init(&b.stop, false);
     b.value = malloc(cfg.data_size + 1);
@@ -3297,7 +3514,7 @@ int main(int argc, char **argv)
     /* Written only when something sends it: an untouched large buffer
      * costs no resident memory, so a GET-only run's peak_rss_kb is the
      * client's own. */
-    if (cfg.ratio_set || cfg.preload)
+    if (cfg.ratio_set || cfg.preload || cfg.writer_rate)
         for (i = 0; i < cfg.data_size; i++)
             b.value[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[i % 36];
     b.value[cfg.data_size] = '\0';
@@ -3311,6 +3528,12 @@ int main(int argc, char **argv)
                 cfg.port);
     if (cfg.read_policy < 0)
         cfg.read_policy = RCP_READ_MASTER_ONLY;
+    if (!cfg.cluster && cfg.cache_bytes)
+        die_usage("--client-cache-bytes: %s:%d is not a cluster node (cluster_enabled:0); "
+                  "the cache is an rcp_cluster option", cfg.host, cfg.port);
+    if (!cfg.cluster && cfg.writer_rate)
+        die_usage("--writer-rate: %s:%d is not a cluster node (cluster_enabled:0); the "
+                  "writer uses an rcp_cluster handle of its own", cfg.host, cfg.port);
     if (cfg.cluster) {
         map = malloc(sizeof(*map));
         if (!map)
@@ -3384,6 +3607,10 @@ int main(int argc, char **argv)
         rcp_cluster_options_init(&b.copts);
         b.copts.seeds = b.seeds;
         b.copts.read_policy = cfg.read_policy;
+        b.copts.client_cache_bytes = cfg.cache_bytes;
+        if (cfg.cache_ttl_ms)
+            b.copts.client_cache_ttl_ms = cfg.cache_ttl_ms;
+        res.cache_ttl_ms = b.copts.client_cache_ttl_ms;
         if (cfg.event_loop) {
             /* each worker opens its own handle on its own loop */
         } else if (cfg.cluster) {
@@ -3410,6 +3637,14 @@ int main(int argc, char **argv)
             if (!b.conn)
                 die_run("rcp_conn_open returned RCP_OK without a handle");
         }
+    }
+
+    if (cfg.writer_rate) {
+        wr.b = &b;
+        wr.kw.b = &b;
+        wr.kw.rng = rng_seed(0x77726974ull ^ cfg.run_seed); /* not any worker's keys */
+        atomic_init(&wr.stop, false);
+        writer_open(&cfg, &wr);
     }
 
     pthread_mutex_init(&b.series_mu, NULL);
@@ -3493,6 +3728,13 @@ int main(int argc, char **argv)
     start = now_ns();
     b.start_ns = start;
     atomic_store(&alloc_counting, cfg.count_allocs);
+    if (wr.cl && !connect_failures) {
+        int rc = pthread_create(&wr.tid, NULL, writer_main, &wr);
+
+        if (rc != 0) /* a run without its writer would measure something else */
+            die_run("cannot start the writer thread: %s", strerror(rc));
+        writer_started = true;
+    }
     pthread_barrier_wait(&b.go);
 
     if (!supervise(&b, start))
@@ -3502,6 +3744,15 @@ int main(int argc, char **argv)
         pthread_join(b.workers[i].tid, NULL);
         if (b.workers[i].end_ns > end)
             end = b.workers[i].end_ns;
+    }
+    if (writer_started) { /* the workers are done: so is the writer */
+        atomic_store(&wr.stop, true);
+        pthread_join(wr.tid, NULL);
+        res.writer_ops = wr.ops;
+        res.writer_errors = wr.errors;
+        if (wr.errors)
+            fprintf(stderr, PROG ": writer: %" PRIu64 " errors, first: %s\n", wr.errors,
+                    wr.first_error);
     }
     atomic_store(&alloc_counting, false);
     res.allocs = atomic_load(&alloc_calls);
@@ -3520,6 +3771,7 @@ int main(int argc, char **argv)
                 bconn_free(b.workers[i].rc);
         rcp_conn_close(b.conn);
         rcp_cluster_close(b.cluster);
+        rcp_cluster_close(wr.cl);
         die_run("%u of %u threads could not start their run", connect_failures, cfg.threads);
     }
 
@@ -3657,6 +3909,12 @@ int main(int argc, char **argv)
             res.cl.refresh_failures = c1->refresh_failures - c0->refresh_failures;
             res.cl.map_version = c1->map_version - c0->map_version;
             res.cl.nodes = c1->nodes;
+            res.cl.cache_hits = c1->cache_hits - c0->cache_hits;
+            res.cl.cache_misses = c1->cache_misses - c0->cache_misses;
+            res.cl.cache_invalidations = c1->cache_invalidations - c0->cache_invalidations;
+            res.cl.cache_evictions = c1->cache_evictions - c0->cache_evictions;
+            res.cl.cache_bytes = c1->cache_bytes; /* gauges: what is held at the end */
+            res.cl.cache_entries = c1->cache_entries;
             res.moved = res.cl.moved;
             res.ask = res.cl.ask;
             res.refreshes = res.cl.refreshes_periodic + res.cl.refreshes_forced;
@@ -3696,6 +3954,7 @@ int main(int argc, char **argv)
     }
     rcp_conn_close(b.conn);
     rcp_cluster_close(b.cluster);
+    rcp_cluster_close(wr.cl);
     /* Only now: a callback may still be returning until the handle is closed. */
     for (i = 0; i < cfg.threads; i++) {
         worker *w = &b.workers[i];
@@ -3728,6 +3987,11 @@ int main(int argc, char **argv)
     if (res.errors) {
         fprintf(stderr, PROG ": %" PRIu64 " of %" PRIu64 " requests failed\n", res.errors,
                 res.ops);
+        return EXIT_RUN_FAILED;
+    }
+    if (res.writer_errors) {
+        fprintf(stderr, PROG ": %" PRIu64 " of the writer's %" PRIu64 " SETs failed\n",
+                res.writer_errors, res.writer_ops + res.writer_errors);
         return EXIT_RUN_FAILED;
     }
     if (interrupted || !json_ok || !res.server_ok)

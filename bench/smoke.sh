@@ -7,7 +7,8 @@
 # 0-replica cluster (tests/scripts/cluster.sh), runs the tool for a fraction
 # of a second in every mode (sync rcpipe and classic, --async-depth,
 # --pipeline, --rate-limiting, key patterns, --count-allocs, --stream) on
-# both, and --big-thread on each, and
+# both, --big-thread on each, the client cache with a writer on the
+# cluster, and
 # checks: exit 0, "ALL STATS" printed, the JSON parses, ops > 0, errors 0,
 # hits + misses == gets, the mode and the keys each option adds. Then checks
 # with DBSIZE that the key patterns and seeds choose the keys they promise,
@@ -84,8 +85,26 @@ def check(cond, what):
 for k in ("client", "threads", "ops_per_sec", "p50_us", "p99_us", "server_cpu_us_per_op",
           "sets", "gets", "totals", "series", "mode", "async_depth", "pipeline",
           "rate_limit_per_thread", "offered_ops_per_sec", "key_pattern", "allocs_per_op",
-          "bytes_per_sec", "value_bytes", "peak_rss_kb", "stream", "big_thread"):
+          "bytes_per_sec", "value_bytes", "peak_rss_kb", "stream", "big_thread",
+          "client_cache_bytes", "cache_hits", "cache_misses", "cache_invalidations",
+          "cache_evictions", "cache_bytes", "cache_hit_ratio", "writer_ops"):
     check(k in d, f"key {k} missing")
+# The client cache: counted for rcpipe on a cluster (0 when off), null elsewhere.
+if d["client"] == "rcpipe" and d["cluster"]:
+    check(d["cache_hits"] is not None, "cache_hits null for rcpipe on a cluster")
+    if "--client-cache-bytes" in args:
+        check(d["cache_hits"] > 0, f"cache on but cache_hits {d['cache_hits']} "
+              f"(misses {d['cache_misses']})")
+        check(0 < d["cache_hit_ratio"] <= 1, f"cache_hit_ratio {d['cache_hit_ratio']}")
+    else:
+        check(d["cache_hits"] == 0 and d["cache_bytes"] == 0, "cache counted while off")
+else:
+    check(d["cache_hits"] is None, "cache_hits without a cluster handle")
+if "--writer-rate" in args:
+    check(d["writer_ops"] > 0 and d["writer_errors"] == 0,
+          f"writer_ops {d['writer_ops']}, writer_errors {d['writer_errors']}")
+else:
+    check(d["writer_ops"] == 0, "writer_ops without --writer-rate")
 check(d["peak_rss_kb"] is not None and d["peak_rss_kb"] > 0, "peak_rss_kb missing")
 if d["sets"]["ops"] or d["gets"]["hits"]:
     check(d["value_bytes"] > 0 and d["bytes_per_sec"] > 0, "no value bytes counted")
@@ -155,6 +174,11 @@ done
 run "cluster mode forced" sync -s "$seed" --cluster-mode --key-pattern G
 run "big thread rcpipe" sync -s "$seed" --big-thread 262144 --ratio 1:3 --stream
 run "big thread classic" sync -s "$single" --big-thread 262144 --ratio 0:1 --client classic
+# The client cache (rcpipe, cluster, sync): GETs of ~100 hot keys, preloaded,
+# must be served from it; a writer on its own handle SETs the same keys.
+# Longer than the others: tracking is armed a few ms after the first read.
+run "client cache" sync -s "$seed" --preload --ratio 0:1 --key-pattern G --key-stddev 20 \
+    --client-cache-bytes 1048576 --writer-rate 200 --test-time 1.5
 
 # Key choice, counted with DBSIZE on the single node (SETs only, one thread).
 dbsize() { "$REDIS_CLI" -h 127.0.0.1 -p "$node_port" dbsize; }
@@ -215,6 +239,16 @@ bad --tls --cert "$BENCH"
 bad --tls --key "$BENCH"
 bad --tls --cacert "$tmp/no-such-file"
 bad --tls --async-depth 4 --client classic
+bad --client-cache-bytes 1000
+bad --client-cache-bytes 1048576 --client classic
+bad --client-cache-bytes 1048576 --async-depth 4
+bad --client-cache-bytes 1048576 --pipeline 4
+bad --client-cache-bytes 1048576 --stream
+bad --client-cache-ttl-ms 100
+# these two ask the node first: it is not a cluster
+bad --client-cache-bytes 1048576 -n 1
+bad --writer-rate 10 -n 1
+bad --writer-rate 10 --count-allocs
 
 # TLS: only where rcp-bench was built with it (a probe tells: without TLS
 # --tls is refused before connecting, with it the connect to port 1 fails).
