@@ -78,29 +78,25 @@ static rcp_cluster_stats stats(rcp_cluster *h)
     return st;
 }
 
-/* A first GET of k the ordinary way (it makes the invalidation
- * connection), then waits for the node's tracking to be armed. The node
- * answers PTTL with -1 unless a test's own rule says otherwise; later
- * GETs are each test's to answer. */
+/* Reads of another key ("arm") the ordinary way until the node's
+ * tracking is armed: the first makes the invalidation connection, and a
+ * later one makes it again if that failed (an injected allocation
+ * failure in the allocfail reruns). The node answers PTTL with -1 unless
+ * a test's own rule says otherwise; GETs of k are each test's to answer. */
 static rcp_cluster *armed(sim_node *n, int ttl_ms)
 {
     rcp_cluster *h;
-    rcp_reply *r;
     uint64_t until;
-    sim_loadf(n, "%s%son DEL k => send \":1\\r\\n\"\non PTTL * => send \":-1\\r\\n\"\non x1 GET k => send \"$2\\r\\nv1\\r\\n\"\n",
+    sim_loadf(n, "%s%son PTTL * => send \":-1\\r\\n\"\non GET arm => send \"$1\\r\\na\\r\\n\"\n",
               sim_prelude, tracking_rules);
     h = open_cache(n, ttl_ms);
-    get_is(h, "k", "v1");
     until = rcptest_now_ns() + (uint64_t)rcptest_scale(2000) * 1000000ull;
-    while (!tracking(h) && rcptest_now_ns() < until)
-        rcptest_sleep_ms(5);
+    while (!tracking(h) && rcptest_now_ns() < until) {
+        rcp_reply_free(rcp_cluster_command(h, "GET arm"));
+        rcptest_sleep_ms(20);
+    }
     ck_assert_msg(tracking(h), "the node's tracking was never armed");
     ck_assert_uint_ge(sim_count(n, "CLIENT TRACKING ON REDIRECT 42"), 1);
-    /* The arming may have beaten that GET to its fetch and stored it:
-     * a write through the handle drops it, so every test starts empty. */
-    r = rcp_cluster_command(h, "DEL k");
-    ck_assert_msg(r && r->type == RCP_REPLY_INTEGER, "DEL k failed");
-    rcp_reply_free(r);
     return h;
 }
 
@@ -338,10 +334,11 @@ START_TEST(request_modes_optin)
     o.client_cache_bytes = 1 << 20;
     o.client_cache_optin = 1;
     h = sim_open(&o);
-    get_mode_is(h, RCP_CACHE_USE, "v1"); /* makes the invalidation connection */
     until = rcptest_now_ns() + (uint64_t)rcptest_scale(2000) * 1000000ull;
-    while (!tracking(h) && rcptest_now_ns() < until)
-        rcptest_sleep_ms(5);
+    while (!tracking(h) && rcptest_now_ns() < until) {
+        get_mode_is(h, RCP_CACHE_USE, "v1"); /* makes the invalidation connection */
+        rcptest_sleep_ms(20);
+    }
     ck_assert_msg(tracking(h), "the node's tracking was never armed");
     gets = sim_count(n[0], "GET k");
     get_is(h, "k", "v1");
@@ -384,8 +381,10 @@ START_TEST(bcast_prefixes)
     h = sim_open(&o);
     get_is(h, "user:1", "v1");
     until = rcptest_now_ns() + (uint64_t)rcptest_scale(2000) * 1000000ull;
-    while (!tracking(h) && rcptest_now_ns() < until)
-        rcptest_sleep_ms(5);
+    while (!tracking(h) && rcptest_now_ns() < until) {
+        rcp_reply_free(rcp_cluster_command(h, "GET user:1"));
+        rcptest_sleep_ms(20);
+    }
     ck_assert_msg(tracking(h), "the node's tracking was never armed");
     ck_assert_uint_ge(sim_count(n[0], "CLIENT TRACKING OFF"), 1);
     ck_assert_uint_eq(sim_count(n[0], "CLIENT TRACKING ON REDIRECT 42"), 0);
