@@ -48,6 +48,15 @@ typedef struct rcp_cluster_options {
                                    * application loop (rcpipe/adapter.h; docs/api.md) */
     rcp_event_fn event_cb;      /* map updates and every node's connection events; NULL: none */
     void *event_data;
+    int bulk_pool;              /* bulk connections per node and role, made on first use, for
+                                 * requests that move many bytes (a sink, a source, or a
+                                 * command longer than bulk_threshold), so that small
+                                 * requests never wait behind them on the shared pipeline;
+                                 * a bulk request goes on the one with the fewest requests
+                                 * outstanding (docs/large-values.md). Default 2, 0..64;
+                                 * 0: everything on the shared pipeline */
+    size_t bulk_threshold;      /* bytes of a formatted command above which it goes to the
+                                 * bulk pool; default 262144 (256 KiB), at least 1024 */
 } rcp_cluster_options;
 
 RCP_API void rcp_cluster_options_init(rcp_cluster_options *o);
@@ -175,6 +184,8 @@ typedef struct rcp_cluster_stats {
     uint64_t map_version;       /* increments with every published map */
     uint64_t nodes;             /* nodes in the current map */
     uint64_t forgotten_errors;  /* fire-and-forget requests that failed (any error reply) */
+    uint64_t bulk_requests;     /* attempts sent on a bulk connection (bulk_pool; a resend
+                                 * counts again) */
 } rcp_cluster_stats;
 
 RCP_API int rcp_cluster_get_stats(rcp_cluster *c, rcp_cluster_stats *out);
@@ -186,6 +197,8 @@ typedef struct rcp_cluster_node_info {
     rcp_conn_stats conn;        /* that node's connection counters */
     uint64_t moved, ask;        /* redirects this node answered */
     uint64_t rtt_us;            /* smoothed PING round trip (refresher), 0: not measured */
+    uint64_t bulk_requests;     /* attempts sent on its bulk connections (counted in conn too) */
+    int bulk_conns;             /* its bulk connections open now */
 } rcp_cluster_node_info;
 
 /* Fills up to max entries; returns how many nodes there are (may be more
