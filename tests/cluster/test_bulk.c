@@ -15,6 +15,9 @@
  * - bulk_follows_moved: on a handle whose map is stale, a big SET and a
  *   streamed GET to slots just moved by hand follow MOVED to the new
  *   owner's bulk pool.
+ * - replica_reads_readonly: with PREFER_REPLICA a streamed GET goes to a
+ *   replica's bulk connection, which must have sent READONLY (else the
+ *   replica would answer MOVED): no MOVED, the replica's bulk counters grow.
  * - options: out-of-range bulk_pool and bulk_threshold are refused with
  *   RCP_ERR_INVALID naming the option. */
 #include <check.h>
@@ -355,6 +358,50 @@ START_TEST(test_bulk_follows_moved)
 }
 END_TEST
 
+START_TEST(test_replica_reads_readonly)
+{
+    rcp_cluster_options o;
+    static rcp_conn_options node;
+    rcp_cluster *h;
+    rcp_cluster_node_info info[RCPC_MAX_NODES];
+    rcp_cluster_stats a, b;
+    char *v = pattern_value(SET_LEN), *buf = malloc(SET_LEN), err[512], d[256];
+    const char *argv[2] = {"GET", "{bulk5}big"};
+    rcp_sink sink;
+    rcp_reply *r;
+    size_t n, i;
+    uint64_t replica_bulk = 0;
+
+    ck_assert(buf != NULL);
+    ck_assert(rcpc_wait_ok(&cl, 60, err, sizeof err) == 0);
+    rcpc_options(&o, &node, cl.seed);
+    o.read_policy = RCP_READ_PREFER_REPLICA;
+    h = rcpc_open(&o);
+    set_value(h, "{bulk5}big", v, SET_LEN);
+    ck_assert(rcpc_wait_replicas_synced(&cl, rcptest_scale(10000)) == 0);
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &a), RCP_OK);
+    memset(&sink, 0, sizeof sink);
+    sink.kind = RCP_SINK_BUFFER;
+    sink.buf = buf;
+    sink.cap = SET_LEN;
+    r = rcp_cluster_command_argv_sink(h, 2, argv, NULL, &sink);
+    ck_assert_msg(rcptest_is_int(r, SET_LEN), "streamed GET from a replica: %s",
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert(memcmp(buf, v, SET_LEN) == 0);
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &b), RCP_OK);
+    ck_assert_uint_eq(b.moved, a.moved);
+    n = rcp_cluster_get_nodes(h, info, RCPC_MAX_NODES);
+    for (i = 0; i < n && i < RCPC_MAX_NODES; i++)
+        if (!info[i].is_master && info[i].in_map)
+            replica_bulk += info[i].bulk_requests;
+    ck_assert_uint_eq(replica_bulk, 1);
+    free(buf);
+    free(v);
+    rcp_cluster_close(h);
+}
+END_TEST
+
 START_TEST(test_options)
 {
     rcp_cluster_options o;
@@ -394,7 +441,8 @@ END_TEST
 static void add_tests(TCase *tc)
 {
     RCPTEST_ADD(tc, test_options, test_big_set_goes_to_pool, test_small_beside_stalled_stream,
-                test_stalled_stream_blocks_without_pool, test_bulk_follows_moved);
+                test_stalled_stream_blocks_without_pool, test_replica_reads_readonly,
+                test_bulk_follows_moved);
 }
 
 int main(void)
