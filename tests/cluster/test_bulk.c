@@ -88,6 +88,28 @@ static uint64_t bulk_requests(rcp_cluster *h)
     return st.bulk_requests;
 }
 
+/* A streamed GET of key into a buffer sink: the value must be v, whole. */
+static void stream_get_check(rcp_cluster *h, const char *key, const char *v, size_t len,
+                             const char *what)
+{
+    const char *argv[2] = {"GET", key};
+    char *buf = malloc(len), d[256];
+    rcp_sink sink;
+    rcp_reply *r;
+
+    ck_assert(buf != NULL);
+    memset(&sink, 0, sizeof sink);
+    sink.kind = RCP_SINK_BUFFER;
+    sink.buf = buf;
+    sink.cap = len;
+    r = rcp_cluster_command_argv_sink(h, 2, argv, NULL, &sink);
+    ck_assert_msg(rcptest_is_int(r, (long long)len), "streamed GET %s: %s", what,
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_msg(memcmp(buf, v, len) == 0, "streamed GET %s: wrong bytes", what);
+    free(buf);
+}
+
 /* The streamed GET on a thread of its own: it is the one that stalls. */
 struct stalled {
     rcp_cluster *h;
@@ -110,12 +132,18 @@ static void *stalled_main(void *arg)
     return NULL;
 }
 
-/* Starts the streamed GET of key into a pipe and waits until the pipe is
- * full (the transfer stalls there). */
+/* Sets key to BIG_LEN bytes of the pattern and small to "x", starts the
+ * streamed GET of key into a pipe and waits until the pipe is full (the
+ * transfer stalls there). */
 static void stall_start(struct stalled *s, pthread_t *th, int p[2], rcp_cluster *h,
-                        const char *key)
+                        const char *key, const char *small)
 {
     int waited = 0, avail = 0, full;
+    char *v = pattern_value(BIG_LEN);
+
+    set_value(h, key, v, BIG_LEN); /* with the pool: its connection is made */
+    free(v);
+    set_value(h, small, "x", 1);
     ck_assert(pipe(p) == 0);
     full = fcntl(p[0], F_GETPIPE_SZ) - 4096;
     memset(s, 0, sizeof *s);
@@ -166,20 +194,15 @@ static void stall_finish(struct stalled *s, pthread_t th, int p[2])
 START_TEST(test_small_beside_stalled_stream)
 {
     rcp_cluster *h = open_pool(2, 0);
-    char *v = pattern_value(BIG_LEN), d[256];
     struct stalled s;
     pthread_t th;
     int p[2], rc = 0;
     const char *argv[2] = {"GET", "{bulk1}small"};
+    char d[256];
     rcp_reply *r;
-    uint64_t before;
 
-    set_value(h, "{bulk1}big", v, BIG_LEN); /* through the pool: its connection is made */
-    free(v);
-    set_value(h, "{bulk1}small", "x", 1);
-    before = bulk_requests(h);
-    stall_start(&s, &th, p, h, "{bulk1}big");
-    ck_assert_uint_eq(bulk_requests(h), before + 1);
+    stall_start(&s, &th, p, h, "{bulk1}big", "{bulk1}small");
+    ck_assert_uint_eq(bulk_requests(h), 2); /* the SET of the value and its GET */
 
     r = rcp_cluster_command_timeout(h, 5000, "SET %s %s", "{bulk1}small", "y");
     ck_assert_msg(rcpc_is_status(r, "OK"), "small SET beside the stalled GET: %s",
@@ -204,16 +227,13 @@ END_TEST
 START_TEST(test_stalled_stream_blocks_without_pool)
 {
     rcp_cluster *h = open_pool(0, 0);
-    char *v = pattern_value(BIG_LEN), d[256];
     struct stalled s;
     pthread_t th;
     int p[2];
+    char d[256];
     rcp_reply *r;
 
-    set_value(h, "{bulk2}big", v, BIG_LEN);
-    free(v);
-    set_value(h, "{bulk2}small", "x", 1);
-    stall_start(&s, &th, p, h, "{bulk2}big");
+    stall_start(&s, &th, p, h, "{bulk2}big", "{bulk2}small");
     r = rcp_cluster_command_timeout(h, 1500, "GET %s", "{bulk2}small");
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_TIMEOUT,
                   "without the pool the small GET should wait behind the value: %s",
@@ -320,15 +340,10 @@ static int move_slot(unsigned slot)
 START_TEST(test_bulk_follows_moved)
 {
     rcp_cluster *h = open_pool(2, 1);
-    char *v = pattern_value(SET_LEN), d[256], key[64], key2[64];
-    const char *argv[2] = {"GET", key2};
+    char *v = pattern_value(SET_LEN), key[64], key2[64];
     rcp_cluster_stats a, b;
-    rcp_sink sink;
-    rcp_reply *r;
-    char *buf = malloc(SET_LEN);
     unsigned slot = 1234, slot2 = 9876;
 
-    ck_assert(buf != NULL);
     snprintf(key, sizeof key, "%sbig", rcpc_slot_tag(slot)); /* the tag has its braces */
     snprintf(key2, sizeof key2, "%sbig", rcpc_slot_tag(slot2));
     set_value(h, key2, v, SET_LEN); /* before the move: the map is right */
@@ -337,22 +352,13 @@ START_TEST(test_bulk_follows_moved)
     move_slot(slot);
     set_value(h, key, v, SET_LEN);
     move_slot(slot2);
-    memset(&sink, 0, sizeof sink);
-    sink.kind = RCP_SINK_BUFFER;
-    sink.buf = buf;
-    sink.cap = SET_LEN;
-    r = rcp_cluster_command_argv_sink(h, 2, argv, NULL, &sink);
-    ck_assert_msg(rcptest_is_int(r, SET_LEN), "streamed GET after the move: %s",
-                  rcptest_describe(r, d, sizeof d));
-    rcp_reply_free(r);
-    ck_assert(memcmp(buf, v, SET_LEN) == 0);
+    stream_get_check(h, key2, v, SET_LEN, "after the move");
 
     ck_assert_int_eq(rcp_cluster_get_stats(h, &b), RCP_OK);
     ck_assert_msg(b.moved - a.moved >= 2, "MOVED followed: %llu",
                   (unsigned long long)(b.moved - a.moved));
     /* Each request: its stale attempt and its redirected one, both bulk. */
     ck_assert_uint_ge(b.bulk_requests - a.bulk_requests, 4);
-    free(buf);
     free(v);
     rcp_cluster_close(h);
 }
@@ -365,14 +371,10 @@ START_TEST(test_replica_reads_readonly)
     rcp_cluster *h;
     rcp_cluster_node_info info[RCPC_MAX_NODES];
     rcp_cluster_stats a, b;
-    char *v = pattern_value(SET_LEN), *buf = malloc(SET_LEN), err[512], d[256];
-    const char *argv[2] = {"GET", "{bulk5}big"};
-    rcp_sink sink;
-    rcp_reply *r;
+    char *v = pattern_value(SET_LEN), err[512];
     size_t n, i;
     uint64_t replica_bulk = 0;
 
-    ck_assert(buf != NULL);
     ck_assert(rcpc_wait_ok(&cl, 60, err, sizeof err) == 0);
     rcpc_options(&o, &node, cl.seed);
     o.read_policy = RCP_READ_PREFER_REPLICA;
@@ -380,15 +382,7 @@ START_TEST(test_replica_reads_readonly)
     set_value(h, "{bulk5}big", v, SET_LEN);
     ck_assert(rcpc_wait_replicas_synced(&cl, rcptest_scale(10000)) == 0);
     ck_assert_int_eq(rcp_cluster_get_stats(h, &a), RCP_OK);
-    memset(&sink, 0, sizeof sink);
-    sink.kind = RCP_SINK_BUFFER;
-    sink.buf = buf;
-    sink.cap = SET_LEN;
-    r = rcp_cluster_command_argv_sink(h, 2, argv, NULL, &sink);
-    ck_assert_msg(rcptest_is_int(r, SET_LEN), "streamed GET from a replica: %s",
-                  rcptest_describe(r, d, sizeof d));
-    rcp_reply_free(r);
-    ck_assert(memcmp(buf, v, SET_LEN) == 0);
+    stream_get_check(h, "{bulk5}big", v, SET_LEN, "from a replica");
     ck_assert_int_eq(rcp_cluster_get_stats(h, &b), RCP_OK);
     ck_assert_uint_eq(b.moved, a.moved);
     n = rcp_cluster_get_nodes(h, info, RCPC_MAX_NODES);
@@ -396,7 +390,6 @@ START_TEST(test_replica_reads_readonly)
         if (!info[i].is_master && info[i].in_map)
             replica_bulk += info[i].bulk_requests;
     ck_assert_uint_eq(replica_bulk, 1);
-    free(buf);
     free(v);
     rcp_cluster_close(h);
 }
