@@ -36,52 +36,68 @@ int rcp__bulk_wanted(const struct rcp_cluster *cl, const rcp__req *rq)
     return rq->sink || rq->src || rq->len > cl->opt.bulk_threshold;
 }
 
+/* The least busy of n's open bulk connections for role, not pinned
+ * (*open: how many are open, *busy: its outstanding requests). Inside
+ * urcu_bp_read_lock or under reg_mu. */
+static struct rcp_conn *bulk_least_busy(struct rcp_cluster *cl, rcp__node *n, int role,
+                                        int *open, uint64_t *busy)
+{
+    struct rcp_conn *best = NULL;
+    *open = 0;
+    *busy = UINT64_MAX;
+    for (int i = 0; i < cl->opt.bulk_pool; i++) {
+        struct rcp_conn *c = atomic_load(&n->bulk[role][i]);
+        uint64_t out;
+        if (!c)
+            continue;
+        (*open)++;
+        out = rcp__conn_outstanding(c);
+        if (out < *busy) {
+            best = c;
+            *busy = out;
+        }
+    }
+    return best;
+}
+
 /* reg_mu held, not closing. A new bulk connection for role in a free
- * place of the pool, pinned; NULL if the pool is full or on failure. */
+ * place of the pool, pinned; if another caller filled the pool meanwhile,
+ * the least busy one; NULL on failure. */
 static struct rcp_conn *bulk_add(struct rcp_cluster *cl, rcp__node *n, int role)
 {
     struct rcp_conn *c;
-    int i, max = cl->opt.bulk_pool;
+    uint64_t busy;
+    int i, open, max = cl->opt.bulk_pool;
     for (i = 0; i < max; i++)
         if (!atomic_load(&n->bulk[role][i]))
             break;
-    if (i == max)
+    if (i == max) {
+        c = bulk_least_busy(cl, n, role, &open, &busy);
+    } else if (rcp__cluster_dedicated(cl, n->host, n->port,
+                                      role == RCP__AS_REPLICA ? RCP__CONN_READONLY : 0,
+                                      &c) == RCP_OK) {
+        atomic_store(&n->bulk[role][i], c);
+    } else {
         return NULL;
-    if (rcp__cluster_dedicated(cl, n->host, n->port,
-                               role == RCP__AS_REPLICA ? RCP__CONN_READONLY : 0, &c) != RCP_OK)
-        return NULL;
+    }
     rcp__conn_hold(c); /* before reg_mu is let go: no detach can come between */
-    atomic_store(&n->bulk[role][i], c);
     return c;
 }
 
 struct rcp_conn *rcp__bulk_pin(struct rcp_cluster *cl, rcp__node *n, int role)
 {
-    struct rcp_conn *best = NULL;
-    uint64_t best_out = UINT64_MAX;
-    int i, open = 0, max = cl->opt.bulk_pool;
+    struct rcp_conn *best;
+    uint64_t busy;
+    int open;
 
     if (role != RCP__AS_MASTER && role != RCP__AS_REPLICA)
         return NULL;
     urcu_bp_read_lock();
-    for (i = 0; i < max; i++) {
-        struct rcp_conn *c = atomic_load(&n->bulk[role][i]);
-        uint64_t out;
-        if (!c)
-            continue;
-        open++;
-        out = rcp__conn_outstanding(c);
-        if (out < best_out) {
-            best = c;
-            best_out = out;
-            if (!out)
-                break;
-        }
-    }
+    best = bulk_least_busy(cl, n, role, &open, &busy);
     if (best)
         rcp__conn_hold(best);
     urcu_bp_read_unlock();
-    if (best && (best_out == 0 || open >= max))
+    if (best && (busy == 0 || open >= cl->opt.bulk_pool))
         return best;
 
     /* Every open one is busy (or none is open): one more, if the node is

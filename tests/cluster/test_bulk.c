@@ -18,6 +18,10 @@
  * - replica_reads_readonly: with PREFER_REPLICA a streamed GET goes to a
  *   replica's bulk connection, which must have sent READONLY (else the
  *   replica would answer MOVED): no MOVED, the replica's bulk counters grow.
+ * - concurrent_pool: 8 threads send SETs over the threshold (sync and async)
+ *   and small GETs at once: every reply right, and no node ever has more
+ *   bulk connections than bulk_pool per role (the pool grows under
+ *   reg_mu; TSan runs this one too).
  * - options: out-of-range bulk_pool and bulk_threshold are refused with
  *   RCP_ERR_INVALID naming the option. */
 #include <check.h>
@@ -395,6 +399,80 @@ START_TEST(test_replica_reads_readonly)
 }
 END_TEST
 
+#define CC_THREADS 8
+#define CC_ROUNDS 12
+#define CC_LEN (300 * 1024)
+
+struct cc_worker {
+    pthread_t th;
+    rcp_cluster *h;
+    int id;
+    const char *v;
+    int bad;
+    char why[300];
+};
+
+static void *cc_main(void *arg)
+{
+    struct cc_worker *w = arg;
+    char key[64], d[256];
+    for (int i = 0; i < CC_ROUNDS && !w->bad; i++) {
+        const char *argv[3] = {"SET", key, w->v};
+        size_t lens[3];
+        rcp_reply *r;
+        int rc = 0;
+        snprintf(key, sizeof key, "cc:%d:%d", w->id, i);
+        lens[0] = 3;
+        lens[1] = strlen(key);
+        lens[2] = CC_LEN;
+        r = (i & 1) ? rcpc_call_async(w->h, -1, 3, argv, lens, &rc)
+                    : rcp_cluster_command_argv(w->h, 3, argv, lens);
+        if (!rcpc_is_status(r, "OK")) {
+            w->bad = 1;
+            snprintf(w->why, sizeof w->why, "SET %s: %d %s", key, rc,
+                     rcptest_describe(r, d, sizeof d));
+        }
+        rcp_reply_free(r);
+        r = rcp_cluster_command(w->h, "STRLEN %s", key);
+        if (!w->bad && !rcptest_is_int(r, CC_LEN)) {
+            w->bad = 1;
+            snprintf(w->why, sizeof w->why, "STRLEN %s: %s", key,
+                     rcptest_describe(r, d, sizeof d));
+        }
+        rcp_reply_free(r);
+    }
+    return NULL;
+}
+
+START_TEST(test_concurrent_pool)
+{
+    rcp_cluster *h = open_pool(2, 0);
+    char *v = pattern_value(CC_LEN);
+    struct cc_worker w[CC_THREADS];
+    rcp_cluster_node_info info[RCPC_MAX_NODES];
+    size_t n, i;
+
+    memset(w, 0, sizeof w);
+    for (i = 0; i < CC_THREADS; i++) {
+        w[i].h = h;
+        w[i].id = (int)i;
+        w[i].v = v;
+        ck_assert(pthread_create(&w[i].th, NULL, cc_main, &w[i]) == 0);
+    }
+    for (i = 0; i < CC_THREADS; i++)
+        pthread_join(w[i].th, NULL);
+    for (i = 0; i < CC_THREADS; i++)
+        ck_assert_msg(!w[i].bad, "thread %zu: %s", i, w[i].why);
+    ck_assert_uint_ge(bulk_requests(h), CC_THREADS * CC_ROUNDS);
+    n = rcp_cluster_get_nodes(h, info, RCPC_MAX_NODES);
+    for (i = 0; i < n && i < RCPC_MAX_NODES; i++)
+        ck_assert_msg(info[i].bulk_conns <= 2, "%s has %d bulk connections (pool 2, master role)",
+                      info[i].addr, info[i].bulk_conns);
+    free(v);
+    rcp_cluster_close(h);
+}
+END_TEST
+
 START_TEST(test_options)
 {
     rcp_cluster_options o;
@@ -433,7 +511,7 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPTEST_ADD(tc, test_options, test_big_set_goes_to_pool, test_small_beside_stalled_stream,
+    RCPTEST_ADD(tc, test_options, test_big_set_goes_to_pool, test_concurrent_pool, test_small_beside_stalled_stream,
                 test_stalled_stream_blocks_without_pool, test_replica_reads_readonly,
                 test_bulk_follows_moved);
 }
