@@ -22,6 +22,11 @@
  *   and small GETs at once: every reply right, and no node ever has more
  *   bulk connections than bulk_pool per role (the pool grows under
  *   reg_mu; TSan runs this one too).
+ * - source_on_new_bulk_conn: a streamed SET (a source) as the first request
+ *   of a bulk connection still in its handshake (CLIENT SETNAME here; the
+ *   PING of a TLS connection alike) must not lend its source to the
+ *   handshake's command, which the value would then follow on the wire
+ *   (lib/conn_connect.c; cluster-tls-routing's test_source found it).
  * - options: out-of-range bulk_pool and bulk_threshold are refused with
  *   RCP_ERR_INVALID naming the option. */
 #include <check.h>
@@ -473,6 +478,43 @@ START_TEST(test_concurrent_pool)
 }
 END_TEST
 
+static ssize_t pat_source_fn(void *ud, char *buf, size_t cap, uint64_t off)
+{
+    (void)ud;
+    for (size_t i = 0; i < cap; i++)
+        buf[i] = (char)pat(off + i);
+    return (ssize_t)cap;
+}
+
+START_TEST(test_source_on_new_bulk_conn)
+{
+    rcp_cluster_options o;
+    static rcp_conn_options node;
+    rcp_cluster *h;
+    rcp_source src;
+    char *v = pattern_value(SET_LEN), err[512], d[256];
+    const char *argv[2] = {"SET", "{bulk6}src"};
+    rcp_reply *r;
+
+    ck_assert(rcpc_wait_ok(&cl, 60, err, sizeof err) == 0);
+    rcpc_options(&o, &node, cl.seed);
+    node.client_name = "rcp-bulk-test"; /* a handshake command on every connection */
+    h = rcpc_open(&o);
+    memset(&src, 0, sizeof src);
+    src.kind = RCP_SOURCE_CALLBACK;
+    src.len = SET_LEN;
+    src.fn = pat_source_fn;
+    r = rcp_cluster_command_argv_source(h, 2, argv, NULL, &src);
+    ck_assert_msg(rcpc_is_status(r, "OK"), "streamed SET on a new bulk connection: %s",
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_uint_eq(bulk_requests(h), 1);
+    stream_get_check(h, "{bulk6}src", v, SET_LEN, "of the streamed SET");
+    free(v);
+    rcp_cluster_close(h);
+}
+END_TEST
+
 START_TEST(test_options)
 {
     rcp_cluster_options o;
@@ -511,7 +553,8 @@ END_TEST
 
 static void add_tests(TCase *tc)
 {
-    RCPTEST_ADD(tc, test_options, test_big_set_goes_to_pool, test_concurrent_pool, test_small_beside_stalled_stream,
+    RCPTEST_ADD(tc, test_options, test_big_set_goes_to_pool, test_concurrent_pool,
+                test_source_on_new_bulk_conn, test_small_beside_stalled_stream,
                 test_stalled_stream_blocks_without_pool, test_replica_reads_readonly,
                 test_bulk_follows_moved);
 }
