@@ -145,6 +145,8 @@ typedef struct config {
     size_t cache_bytes;   /* --client-cache-bytes: rcp_cluster_options.client_cache_bytes */
     int cache_ttl_ms;     /* --client-cache-ttl-ms; 0: the library's default */
     uint64_t writer_rate; /* --writer-rate: SETs/s from one extra thread and handle; 0: none */
+    int bulk_pool;        /* --bulk-pool N: rcpipe cluster option bulk_pool; -1: default */
+    size_t bulk_threshold; /* --bulk-threshold B: option bulk_threshold; 0: default */
 } config;
 
 struct bench;
@@ -446,6 +448,10 @@ static void usage(FILE *f)
         "                           before the run), the others do the normal load; the\n"
         "                           table and latencies are the others' (head-of-line\n"
         "                           blocking), thread 0 is reported on its own\n"
+        "      --bulk-pool N        rcpipe cluster: bulk connections per node (option\n"
+        "                           bulk_pool; 0: every request on the shared pipeline)\n"
+        "      --bulk-threshold B   rcpipe cluster: commands over B bytes go to the bulk\n"
+        "                           connections (option bulk_threshold)\n"
         "\n"
         "TLS (memtier_benchmark's flags; every connection: rcpipe's, the classic\n"
         "baseline's and the bench's own INFO, CLUSTER SLOTS and preload):\n"
@@ -595,7 +601,9 @@ enum {
     OPT_BIG_THREAD,
     OPT_CACHE_BYTES,
     OPT_CACHE_TTL,
-    OPT_WRITER_RATE
+    OPT_WRITER_RATE,
+    OPT_BULK_POOL,
+    OPT_BULK_THRESHOLD
 };
 
 /* "X" or "X:Y" with X, Y in R, S, G (memtier's SET:GET form). */
@@ -716,6 +724,8 @@ static void parse_args(config *cfg, int argc, char **argv)
         {"client-cache-bytes", required_argument, NULL, OPT_CACHE_BYTES},
         {"client-cache-ttl-ms", required_argument, NULL, OPT_CACHE_TTL},
         {"writer-rate", required_argument, NULL, OPT_WRITER_RATE},
+        {"bulk-pool", required_argument, NULL, OPT_BULK_POOL},
+        {"bulk-threshold", required_argument, NULL, OPT_BULK_THRESHOLD},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -735,6 +745,7 @@ static void parse_args(config *cfg, int argc, char **argv)
     cfg->test_time_s = 10;
     cfg->client = CLIENT_RCPIPE;
     cfg->read_policy = -1;
+    cfg->bulk_pool = -1;
     cfg->key_pattern[0] = cfg->key_pattern[1] = 'R';
     cfg->key_median = cfg->key_stddev = NAN;
     cfg->pipeline = 1;
@@ -861,6 +872,10 @@ static void parse_args(config *cfg, int argc, char **argv)
             break;
         case OPT_WRITER_RATE:
             cfg->writer_rate = parse_u64("--writer-rate", optarg, 0, 1000000);
+            break;
+        case OPT_BULK_POOL: cfg->bulk_pool = (int)parse_u64("--bulk-pool", optarg, 0, 64); break;
+        case OPT_BULK_THRESHOLD:
+            cfg->bulk_threshold = (size_t)parse_u64("--bulk-threshold", optarg, 1024, UINT64_MAX / 2);
             break;
         case 'h': usage(stdout); exit(0);
         case ':': die_usage("option '%s' needs an argument", argv[optind - 1]);
@@ -3126,6 +3141,10 @@ static bool write_json(const config *cfg, const results *r)
     fprintf(f, "  \"cluster\": %s,\n", r->cluster ? "true" : "false");
     fprintf(f, "  \"tls\": %s,\n", cfg->tls ? "true" : "false");
     fprintf(f, "  \"stream\": %s,\n", cfg->stream ? "true" : "false");
+    if (cfg->bulk_pool >= 0)
+        fprintf(f, "  \"bulk_pool\": %d,\n", cfg->bulk_pool);
+    if (cfg->bulk_threshold)
+        fprintf(f, "  \"bulk_threshold\": %zu,\n", cfg->bulk_threshold);
     json_u64(f, "value_bytes", r->value_bytes);
     json_num(f, "bytes_per_sec", ratio_or_nan((double)r->value_bytes, r->elapsed_s), false);
     if (r->peak_rss_kb >= 0)
@@ -3214,6 +3233,7 @@ static bool write_json(const config *cfg, const results *r)
                              r->cl.retries_not_sent + r->cl.retries_io +
                              r->cl.retries_readonly);
                 json_u64(f, "cluster_map_versions", r->cl.map_version);
+                json_u64(f, "cluster_bulk_requests", r->cl.bulk_requests);
             }
         }
     }
@@ -3611,6 +3631,10 @@ int main(int argc, char **argv)
         if (cfg.cache_ttl_ms)
             b.copts.client_cache_ttl_ms = cfg.cache_ttl_ms;
         res.cache_ttl_ms = b.copts.client_cache_ttl_ms;
+        if (cfg.bulk_pool >= 0)
+            b.copts.bulk_pool = cfg.bulk_pool;
+        if (cfg.bulk_threshold)
+            b.copts.bulk_threshold = cfg.bulk_threshold;
         if (cfg.event_loop) {
             /* each worker opens its own handle on its own loop */
         } else if (cfg.cluster) {
@@ -3908,6 +3932,7 @@ int main(int argc, char **argv)
             res.cl.refreshes_forced = c1->refreshes_forced - c0->refreshes_forced;
             res.cl.refresh_failures = c1->refresh_failures - c0->refresh_failures;
             res.cl.map_version = c1->map_version - c0->map_version;
+            res.cl.bulk_requests = c1->bulk_requests - c0->bulk_requests;
             res.cl.nodes = c1->nodes;
             res.cl.cache_hits = c1->cache_hits - c0->cache_hits;
             res.cl.cache_misses = c1->cache_misses - c0->cache_misses;

@@ -492,7 +492,7 @@ int rcp_cluster_send(rcp_cluster *cl, rcp_future *f, const char *fmt, ...)
 /* ---- cancel ---- */
 
 /* Look for cf's request on the connections of the node it was last sent
- * to (as master or as replica); the connection resolves it on this
+ * to (as master or as replica, shared or bulk); the connection resolves it on this
  * thread when it finds it. */
 static int cancel_on_node(rcp__cfut *cf)
 {
@@ -506,6 +506,8 @@ static int cancel_on_node(rcp__cfut *cf)
             rcp__cluster_unpin(conn);
         }
     }
+    if (node && rv == RCP_CANCEL_TOO_LATE)
+        rv = rcp__bulk_cancel(node, &cf->inner);
     return rv;
 }
 

@@ -33,6 +33,8 @@ void rcp_cluster_options_init(rcp_cluster_options *o)
     o->replica_pick_ms = 50;
     o->blocking_pool = 4;
     o->client_cache_ttl_ms = 60000;
+    o->bulk_pool = 2;
+    o->bulk_threshold = 256 * 1024; /* docs/large-values.md: the curve it was picked from */
 }
 
 
@@ -188,6 +190,8 @@ static int check_options(const rcp_cluster_options *o, const rcp_conn_options *n
             {"replica_pick_ms", o->replica_pick_ms, 0, RCP__NO_MAX},
             {"blocking_pool", o->blocking_pool, 1, RCP__POOL_MAX},
             {"client_cache_ttl_ms", o->client_cache_ttl_ms, 1, 86400000},
+            {"bulk_pool", o->bulk_pool, 0, RCP__POOL_MAX},
+            {"bulk_threshold", (long long)o->bulk_threshold, 1024, RCP__NO_MAX},
         };
         if (rcp__opt_ranges_check(r, sizeof r / sizeof r[0], why, len) != RCP_OK)
             return RCP_ERR_INVALID;
@@ -240,6 +244,8 @@ static void cluster_free(struct rcp_cluster *cl)
             if (conn)
                 rcp_conn_close(conn);
         }
+        rcp__bulk_detach_all(n);
+        rcp__bulk_close_detached(n);
     }
     for (n = cl->nodes; n; n = next) {
         next = n->next;
@@ -429,6 +435,8 @@ void rcp_cluster_close(rcp_cluster *cl)
     for (n = first; n; n = n->next)
         for (int role = 0; role < RCP__ROLES; role++)
             n->detached[role] = atomic_exchange(&n->conn[role], NULL);
+    for (n = first; n; n = n->next)
+        rcp__bulk_detach_all(n);
     pthread_mutex_unlock(&cl->reg_mu);
     rcp__cache_close_conns(cl);
     urcu_bp_synchronize_rcu();
@@ -438,6 +446,7 @@ void rcp_cluster_close(rcp_cluster *cl)
                 rcp_conn_close(n->detached[role]);
             n->detached[role] = NULL;
         }
+        rcp__bulk_close_detached(n);
         rcp__pool_shutdown(n);
     }
     rcp__refresher_stop(cl);
@@ -469,6 +478,7 @@ int rcp_cluster_get_stats(rcp_cluster *cl, rcp_cluster_stats *o)
     o->map_version = L(version);
     o->forgotten_errors = L(forgotten_errors);
 #undef L
+    o->bulk_requests = atomic_load_explicit(&cl->bulk_requests, memory_order_relaxed);
     pthread_mutex_lock(&cl->reg_mu);
     for (rcp__node *n = cl->nodes; n; n = n->next) {
         if (atomic_load(&n->in_map))
@@ -506,6 +516,8 @@ size_t rcp_cluster_get_nodes(rcp_cluster *cl, rcp_cluster_node_info *out, size_t
         out[k].rtt_us = atomic_load(&n->rtt_ns) / 1000;
         out[k].cache_invalidations = atomic_load(&n->cache_invalidations);
         out[k].cache_tracking = cl->cache && (atomic_load(&n->cache_epoch) & 1);
+        out[k].bulk_requests = atomic_load(&n->bulk_requests);
+        out[k].bulk_conns = rcp__bulk_stats(n, &out[k].conn);
     }
     pthread_mutex_unlock(&cl->reg_mu);
     return k;

@@ -11,6 +11,8 @@
  *               retries, round-trip measurement
  *   async.c     the async path (wrapped futures)
  *   cache.c     client-side caching: entries, tracking, invalidation
+ *   bulk.c      each node's pool of bulk connections (large and streamed
+ *               requests off the shared pipeline)
  *   sync.c      the sync path (on the caller's own thread)
  *   batch.c, multi.c, txn.c, script.c, blocking.c, pubsub.c, nodewide.c:
  *               the commands that do not fit one request on one pipeline
@@ -79,6 +81,13 @@ typedef struct rcp__node {
     pthread_cond_t pool_cv;
     struct rcp_conn *all[RCP__POOL_MAX], *idle[RCP__POOL_MAX], *retired[RCP__POOL_MAX];
     int nall, nidle, nretired, pool_closed;
+    /* bulk.c: bulk connections per role (master, replica), made on first
+     * use under reg_mu; bulk_gone holds them between detach and close
+     * (handle close only). */
+    _Atomic(struct rcp_conn *) bulk[2][RCP__POOL_MAX];
+    struct rcp_conn *bulk_gone[2 * RCP__POOL_MAX];
+    int nbulk_gone;
+    _Atomic uint64_t bulk_requests; /* attempts sent on its bulk connections */
 } rcp__node;
 
 typedef struct rcp__shard {
@@ -231,6 +240,7 @@ struct rcp_cluster {
             not_sent, io, readonly, periodic, forced, refresh_failures, version, forgotten_errors;
     } st;
     struct rcp__cache *cache; /* client-side cache (cache.c), NULL: off */
+    _Atomic uint64_t bulk_requests; /* bulk.c: attempts sent on bulk connections */
     /* The future of every fire-and-forget request (async.c): shared, since
      * the cluster layer only ever reads a caller's future and calls its
      * resolve. */
@@ -339,6 +349,29 @@ rcp__node *rcp__route_master(struct rcp_cluster *cl, const rcp__req *rq);
  * slot (a refresh is then asked for). No lock, no allocation. */
 int rcp__cluster_slot_master(struct rcp_cluster *cl, unsigned slot, char *host, size_t hostlen,
                              int *port);
+
+/* bulk.c: the pool of bulk connections (see there for the busy rule). */
+/* 1 if the request goes on a bulk connection: a sink, a source, or a
+ * command longer than bulk_threshold, with bulk_pool > 0. */
+int rcp__bulk_wanted(const struct rcp_cluster *cl, const rcp__req *rq);
+/* A bulk connection of n for role (RCP__AS_MASTER or RCP__AS_REPLICA),
+ * pinned (release with rcp__cluster_unpin); made if needed. NULL if none
+ * can be had (closing, the node no longer served in that role, out of
+ * memory): the caller keeps the shared connection. */
+struct rcp_conn *rcp__bulk_pin(struct rcp_cluster *cl, rcp__node *n, int role);
+/* reg_mu held: takes every bulk connection of n out of reach (up to
+ * max, into out) for closing after a grace period; their counters are
+ * added to *keep unless NULL. Returns how many. */
+size_t rcp__bulk_detach(rcp__node *n, struct rcp_conn **out, size_t max, rcp_conn_stats *keep);
+/* Handle close: detach into n->bulk_gone (reg_mu held), then, after the
+ * grace period, close them. */
+void rcp__bulk_detach_all(rcp__node *n);
+void rcp__bulk_close_detached(rcp__node *n);
+/* rcp__conn_cancel on each of n's bulk connections until one finds f. */
+int rcp__bulk_cancel(rcp__node *n, rcp_future *f);
+/* Adds the counters of n's open bulk connections to *sum; returns how
+ * many are open. */
+int rcp__bulk_stats(rcp__node *n, rcp_conn_stats *sum);
 
 /* async.c: the handle's shared fire-and-forget future (open). */
 void rcp__forget_init(struct rcp_cluster *cl);

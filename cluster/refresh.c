@@ -202,6 +202,7 @@ int rcp__refresh(struct rcp_cluster *cl, const char *reason, char *errs, size_t 
             rcp_conn_stats_add(&n->last, &st);
             closing[nclosing++] = cn;
         }
+        nclosing += rcp__bulk_detach(n, closing + nclosing, 256 - nclosing, &n->last);
     }
     pthread_mutex_unlock(&cl->reg_mu);
 

@@ -5,7 +5,9 @@
  * current map, else (no key) any master; then, by read policy, the shard's
  * master or one of its healthy replicas. The replica choice of a thread is
  * stable for replica_pick_ms, so that its requests keep batching together
- * on one connection instead of spreading over every replica. */
+ * on one connection instead of spreading over every replica. A request
+ * that moves many bytes then takes one of that node's bulk connections
+ * for the same role instead of its shared pipeline (bulk.c). */
 #include <stdio.h>
 
 #include <urcu-bp.h>
@@ -108,6 +110,18 @@ struct rcp_conn *rcp__route(struct rcp_cluster *cl, rcp__req *rq, rcp__node **no
     if (node)
         conn = rcp__node_pin_locked(node, role);
     urcu_bp_read_unlock();
+    if (conn && rcp__bulk_wanted(cl, rq)) {
+        /* Same node and role, one of its bulk connections (bulk.c): the
+         * shared pipeline's small requests never wait behind this one.
+         * None to be had (closing, out of memory): the shared one. */
+        struct rcp_conn *bulk = rcp__bulk_pin(cl, node, role);
+        if (bulk) {
+            rcp__cluster_unpin(conn);
+            conn = bulk;
+            rcp__stat_add(&cl->bulk_requests, 1);
+            rcp__stat_add(&node->bulk_requests, 1);
+        }
+    }
     *node_out = node;
     if (!node)
         *code = RCP_ERR_CLUSTER_DOWN;

@@ -275,6 +275,7 @@ static int queue_handshake(struct rcp_conn *c)
             sl->deadline = 0;
             sl->len = lens[i];
             sl->sink = NULL;
+            sl->src = NULL; /* the place may have held a queued source request's slot */
             sl->flags = 0;
         }
         c->tail += (uint64_t)n;

@@ -60,6 +60,15 @@ typedef struct rcp_cluster_options {
     const char *const *client_cache_prefixes; /* broadcast: the prefixes (copied; at most 16,
                                  * none a prefix of another); none: every key */
     int client_cache_nprefixes;
+    int bulk_pool;              /* bulk connections per node and role, made on first use, for
+                                 * requests that move many bytes (a sink, a source, or a
+                                 * command longer than bulk_threshold), so that small
+                                 * requests never wait behind them on the shared pipeline;
+                                 * a bulk request goes on the one with the fewest requests
+                                 * outstanding (docs/large-values.md). Default 2, 0..64;
+                                 * 0: everything on the shared pipeline */
+    size_t bulk_threshold;      /* bytes of a formatted command above which it goes to the
+                                 * bulk pool; default 262144 (256 KiB), at least 1024 */
 } rcp_cluster_options;
 
 RCP_API void rcp_cluster_options_init(rcp_cluster_options *o);
@@ -206,6 +215,8 @@ typedef struct rcp_cluster_stats {
     uint64_t cache_evictions;   /* entries dropped to stay under client_cache_bytes */
     uint64_t cache_bytes;       /* held now (entries, their replies and index) */
     uint64_t cache_entries;     /* held now */
+    uint64_t bulk_requests;     /* attempts sent on a bulk connection (bulk_pool; a resend
+                                 * counts again) */
 } rcp_cluster_stats;
 
 RCP_API int rcp_cluster_get_stats(rcp_cluster *c, rcp_cluster_stats *out);
@@ -219,6 +230,8 @@ typedef struct rcp_cluster_node_info {
     uint64_t rtt_us;            /* smoothed PING round trip (refresher), 0: not measured */
     uint64_t cache_invalidations; /* keys (or flushes) this node invalidated (client cache) */
     int cache_tracking;         /* 1: the client cache trusts this node's invalidations now */
+    uint64_t bulk_requests;     /* attempts sent on its bulk connections (counted in conn too) */
+    int bulk_conns;             /* its bulk connections open now */
 } rcp_cluster_node_info;
 
 /* Fills up to max entries; returns how many nodes there are (may be more

@@ -1,0 +1,567 @@
+/* test_bulk.c: the pool of bulk connections (issue 14: no head-of-line
+ * blocking; cluster/bulk.c, docs/large-values.md).
+ *
+ * - small_beside_stalled_stream: a streamed GET of a 16 MiB value into an
+ *   fd sink (a pipe nobody drains) stalls with the server's socket full;
+ *   meanwhile small SETs and GETs (sync and async) to the same node, on
+ *   the same handle, complete within 5 s while the big GET is still
+ *   stalled. Then the pipe is drained and the value checked whole.
+ * - stalled_stream_blocks_without_pool: the same with bulk_pool 0: the
+ *   small GET, queued behind the value on the node's one pipeline, times
+ *   out. The first test could not pass without the pool.
+ * - big_set_goes_to_pool: a SET over bulk_threshold (plain argv) counts in
+ *   bulk_requests and the node's bulk connections, and round-trips; a small
+ *   one does not count.
+ * - bulk_follows_moved: on a handle whose map is stale, a big SET and a
+ *   streamed GET to slots just moved by hand follow MOVED to the new
+ *   owner's bulk pool.
+ * - replica_reads_readonly: with PREFER_REPLICA a streamed GET goes to a
+ *   replica's bulk connection, which must have sent READONLY (else the
+ *   replica would answer MOVED): no MOVED, the replica's bulk counters grow.
+ * - concurrent_pool: 8 threads send SETs over the threshold (sync and async)
+ *   and small GETs at once: every reply right, and no node ever has more
+ *   bulk connections than bulk_pool per role (the pool grows under
+ *   reg_mu; TSan runs this one too).
+ * - source_on_new_bulk_conn: a streamed SET (a source) as the first request
+ *   of a bulk connection still in its handshake (CLIENT SETNAME here; the
+ *   PING of a TLS connection alike) must not lend its source to the
+ *   handshake's command, which the value would then follow on the wire
+ *   (lib/conn_connect.c; cluster-tls-routing's test_source found it).
+ * - options: out-of-range bulk_pool and bulk_threshold are refused with
+ *   RCP_ERR_INVALID naming the option. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "rcpipe.h"
+
+#define BIG_LEN (16 * 1024 * 1024)
+#define SET_LEN (1024 * 1024)
+
+static rcpc_cluster cl;
+
+static unsigned char pat(uint64_t off)
+{
+    uint64_t x = off * 0x9E3779B1u;
+    return (unsigned char)((x >> 13) ^ x ^ (off >> 8));
+}
+
+static char *pattern_value(size_t len)
+{
+    char *v = malloc(len);
+    ck_assert(v != NULL);
+    for (size_t i = 0; i < len; i++)
+        v[i] = (char)pat(i);
+    return v;
+}
+
+static rcp_cluster *open_pool(int bulk_pool, int stale)
+{
+    rcp_cluster_options o;
+    static rcp_conn_options node;
+    char err[512];
+    ck_assert(rcpc_wait_ok(&cl, 60, err, sizeof err) == 0);
+    rcpc_options(&o, &node, cl.seed);
+    o.bulk_pool = bulk_pool;
+    if (stale)
+        o.refresh_interval_ms = 600000;
+    return rcpc_open(&o);
+}
+
+static void set_value(rcp_cluster *h, const char *key, const char *v, size_t len)
+{
+    const char *argv[3] = {"SET", key, v};
+    size_t lens[3] = {3, strlen(key), len};
+    char d[256];
+    rcp_reply *r = rcp_cluster_command_argv(h, 3, argv, lens);
+    ck_assert_msg(rcpc_is_status(r, "OK"), "SET %s (%zu bytes): %s", key, len,
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+}
+
+static uint64_t bulk_requests(rcp_cluster *h)
+{
+    rcp_cluster_stats st;
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &st), RCP_OK);
+    return st.bulk_requests;
+}
+
+/* A streamed GET of key into a buffer sink: the value must be v, whole. */
+static void stream_get_check(rcp_cluster *h, const char *key, const char *v, size_t len,
+                             const char *what)
+{
+    const char *argv[2] = {"GET", key};
+    char *buf = malloc(len), d[256];
+    rcp_sink sink;
+    rcp_reply *r;
+
+    ck_assert(buf != NULL);
+    memset(&sink, 0, sizeof sink);
+    sink.kind = RCP_SINK_BUFFER;
+    sink.buf = buf;
+    sink.cap = len;
+    r = rcp_cluster_command_argv_sink(h, 2, argv, NULL, &sink);
+    ck_assert_msg(rcptest_is_int(r, (long long)len), "streamed GET %s: %s", what,
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_msg(memcmp(buf, v, len) == 0, "streamed GET %s: wrong bytes", what);
+    free(buf);
+}
+
+/* The streamed GET on a thread of its own: it is the one that stalls. */
+struct stalled {
+    rcp_cluster *h;
+    const char *key;
+    int fd;
+    rcp_reply *reply;
+    atomic_int done;
+};
+
+static void *stalled_main(void *arg)
+{
+    struct stalled *s = arg;
+    const char *argv[2] = {"GET", s->key};
+    rcp_sink sink;
+    memset(&sink, 0, sizeof sink);
+    sink.kind = RCP_SINK_FD;
+    sink.fd = s->fd;
+    s->reply = rcp_cluster_command_argv_sink(s->h, 2, argv, NULL, &sink);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+/* Sets key to BIG_LEN bytes of the pattern and small to "x", starts the
+ * streamed GET of key into a pipe and waits until the pipe is full (the
+ * transfer stalls there). */
+static void stall_start(struct stalled *s, pthread_t *th, int p[2], rcp_cluster *h,
+                        const char *key, const char *small)
+{
+    int waited = 0, avail = 0, full;
+    char *v = pattern_value(BIG_LEN);
+
+    set_value(h, key, v, BIG_LEN); /* with the pool: its connection is made */
+    free(v);
+    set_value(h, small, "x", 1);
+    ck_assert(pipe(p) == 0);
+    full = fcntl(p[0], F_GETPIPE_SZ) - 4096;
+    memset(s, 0, sizeof *s);
+    s->h = h;
+    s->key = key;
+    s->fd = p[1];
+    ck_assert(pthread_create(th, NULL, stalled_main, s) == 0);
+    /* Full: less room left than one chunk of the sink's (a write that
+     * does not fit blocks). */
+    while (waited < rcptest_scale(10000)) {
+        ck_assert(ioctl(p[0], FIONREAD, &avail) == 0);
+        if (avail >= full)
+            break;
+        usleep(10000);
+        waited += 10;
+    }
+    ck_assert_msg(avail >= full, "the pipe never filled (%d bytes)", avail);
+    usleep(200000); /* the server's socket fills too */
+    ck_assert_msg(!atomic_load(&s->done), "the streamed GET did not stall");
+}
+
+/* Drains the pipe, checks every byte, joins the GET. */
+static void stall_finish(struct stalled *s, pthread_t th, int p[2])
+{
+    static char buf[65536];
+    uint64_t got = 0;
+    long long bad = -1;
+    char d[256];
+    while (got < BIG_LEN) {
+        ssize_t n = read(p[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        ck_assert_msg(n > 0, "pipe ended at %llu of %d bytes", (unsigned long long)got, BIG_LEN);
+        for (ssize_t i = 0; i < n && bad < 0; i++)
+            if ((unsigned char)buf[i] != pat(got + (uint64_t)i))
+                bad = (long long)(got + (uint64_t)i);
+        got += (uint64_t)n;
+    }
+    pthread_join(th, NULL);
+    close(p[0]);
+    close(p[1]);
+    ck_assert_msg(bad < 0, "byte %lld of the value is wrong", bad);
+    ck_assert_msg(rcptest_is_int(s->reply, BIG_LEN), "streamed GET: %s",
+                  rcptest_describe(s->reply, d, sizeof d));
+    rcp_reply_free(s->reply);
+}
+
+START_TEST(test_small_beside_stalled_stream)
+{
+    rcp_cluster *h = open_pool(2, 0);
+    struct stalled s;
+    pthread_t th;
+    int p[2], rc = 0;
+    const char *argv[2] = {"GET", "{bulk1}small"};
+    char d[256];
+    rcp_reply *r;
+
+    stall_start(&s, &th, p, h, "{bulk1}big", "{bulk1}small");
+    ck_assert_uint_eq(bulk_requests(h), 2); /* the SET of the value and its GET */
+
+    r = rcp_cluster_command_timeout(h, 5000, "SET %s %s", "{bulk1}small", "y");
+    ck_assert_msg(rcpc_is_status(r, "OK"), "small SET beside the stalled GET: %s",
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    r = rcp_cluster_command_timeout(h, 5000, "GET %s", "{bulk1}small");
+    ck_assert_msg(r && r->type == RCP_REPLY_STRING,
+                  "small GET beside the stalled GET: %s", rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    r = rcpc_call_async(h, -1, 2, argv, NULL, &rc);
+    ck_assert_msg(r && r->type == RCP_REPLY_STRING,
+                  "async small GET beside the stalled GET: %d %s", rc,
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_msg(!atomic_load(&s.done), "the big GET ended before the small ones: no stall");
+
+    stall_finish(&s, th, p);
+    rcp_cluster_close(h);
+}
+END_TEST
+
+START_TEST(test_stalled_stream_blocks_without_pool)
+{
+    rcp_cluster *h = open_pool(0, 0);
+    struct stalled s;
+    pthread_t th;
+    int p[2];
+    char d[256];
+    rcp_reply *r;
+
+    stall_start(&s, &th, p, h, "{bulk2}big", "{bulk2}small");
+    r = rcp_cluster_command_timeout(h, 1500, "GET %s", "{bulk2}small");
+    ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_TIMEOUT,
+                  "without the pool the small GET should wait behind the value: %s",
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_uint_eq(bulk_requests(h), 0);
+    stall_finish(&s, th, p);
+    rcp_cluster_close(h);
+}
+END_TEST
+
+START_TEST(test_big_set_goes_to_pool)
+{
+    rcp_cluster *h = open_pool(2, 0);
+    char *v = pattern_value(SET_LEN), d[256];
+    const char *argv[2] = {"GET", "{bulk3}big"};
+    rcp_cluster_node_info info[RCPC_MAX_NODES];
+    size_t n, i;
+    int conns = 0;
+    uint64_t node_bulk = 0, before;
+    rcp_reply *r;
+
+    before = bulk_requests(h);
+    set_value(h, "{bulk3}small", v, 1000); /* under the threshold: shared pipeline */
+    ck_assert_uint_eq(bulk_requests(h), before);
+    set_value(h, "{bulk3}big", v, SET_LEN);
+    ck_assert_uint_eq(bulk_requests(h), before + 1);
+    r = rcp_cluster_command_argv(h, 2, argv, NULL); /* a small GET of a big value: shared */
+    ck_assert_msg(r && r->type == RCP_REPLY_STRING && r->len == SET_LEN &&
+                      memcmp(r->str, v, SET_LEN) == 0,
+                  "GET of the big SET: %s", rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_uint_eq(bulk_requests(h), before + 1);
+    n = rcp_cluster_get_nodes(h, info, RCPC_MAX_NODES);
+    for (i = 0; i < n && i < RCPC_MAX_NODES; i++) {
+        conns += info[i].bulk_conns;
+        node_bulk += info[i].bulk_requests;
+    }
+    ck_assert_int_eq(conns, 1);
+    ck_assert_uint_eq(node_bulk, before + 1);
+    free(v);
+    rcp_cluster_close(h);
+}
+END_TEST
+
+/* Moves slot (and its keys) from its owner to another master by hand,
+ * telling every master. Returns the new owner's port. */
+static int move_slot(unsigned slot)
+{
+    rcpc_topo t;
+    int si, di = -1, i;
+    redisContext *cs, *cd;
+    redisReply *r;
+
+    ck_assert(rcpc_topology_any(&cl, &t) == 0);
+    si = rcpc_slot_owner(&t, slot);
+    ck_assert(si >= 0);
+    for (i = 0; i < t.n; i++)
+        if (t.node[i].is_master && i != si && !t.node[i].failed)
+            di = i;
+    ck_assert(di >= 0);
+    cs = rcpc_connect(t.node[si].port);
+    cd = rcpc_connect(t.node[di].port);
+    ck_assert(cs && cd);
+    r = redisCommand(cd, "CLUSTER SETSLOT %u IMPORTING %s", slot, t.node[si].id);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(cs, "CLUSTER SETSLOT %u MIGRATING %s", slot, t.node[di].id);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    for (;;) {
+        redisReply *keys = redisCommand(cs, "CLUSTER GETKEYSINSLOT %u 100", slot);
+        ck_assert(keys && keys->type == REDIS_REPLY_ARRAY);
+        if (keys->elements == 0) {
+            freeReplyObject(keys);
+            break;
+        }
+        for (size_t k = 0; k < keys->elements; k++) {
+            r = redisCommand(cs, "MIGRATE 127.0.0.1 %d %b 0 10000", t.node[di].port,
+                             keys->element[k]->str, (size_t)keys->element[k]->len);
+            ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "MIGRATE: %s",
+                          r && r->str ? r->str : "no reply");
+            freeReplyObject(r);
+        }
+        freeReplyObject(keys);
+    }
+    for (i = 0; i < t.n; i++) {
+        redisContext *co;
+        if (!t.node[i].is_master || t.node[i].failed)
+            continue;
+        co = i == si ? cs : i == di ? cd : rcpc_connect(t.node[i].port);
+        ck_assert(co != NULL);
+        r = redisCommand(co, "CLUSTER SETSLOT %u NODE %s", slot, t.node[di].id);
+        ck_assert(r != NULL);
+        freeReplyObject(r);
+        if (co != cs && co != cd)
+            redisFree(co);
+    }
+    redisFree(cs);
+    redisFree(cd);
+    return t.node[di].port;
+}
+
+START_TEST(test_bulk_follows_moved)
+{
+    rcp_cluster *h = open_pool(2, 1);
+    char *v = pattern_value(SET_LEN), key[64], key2[64];
+    rcp_cluster_stats a, b;
+    unsigned slot = 1234, slot2 = 9876;
+
+    snprintf(key, sizeof key, "%sbig", rcpc_slot_tag(slot)); /* the tag has its braces */
+    snprintf(key2, sizeof key2, "%sbig", rcpc_slot_tag(slot2));
+    set_value(h, key2, v, SET_LEN); /* before the move: the map is right */
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &a), RCP_OK);
+
+    move_slot(slot);
+    set_value(h, key, v, SET_LEN);
+    move_slot(slot2);
+    stream_get_check(h, key2, v, SET_LEN, "after the move");
+
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &b), RCP_OK);
+    ck_assert_msg(b.moved - a.moved >= 2, "MOVED followed: %llu",
+                  (unsigned long long)(b.moved - a.moved));
+    /* Each request: its stale attempt and its redirected one, both bulk. */
+    ck_assert_uint_ge(b.bulk_requests - a.bulk_requests, 4);
+    free(v);
+    rcp_cluster_close(h);
+}
+END_TEST
+
+START_TEST(test_replica_reads_readonly)
+{
+    rcp_cluster_options o;
+    static rcp_conn_options node;
+    rcp_cluster *h;
+    rcp_cluster_node_info info[RCPC_MAX_NODES];
+    rcp_cluster_stats a, b;
+    char *v = pattern_value(SET_LEN), err[512];
+    size_t n, i;
+    uint64_t replica_bulk = 0;
+
+    ck_assert(rcpc_wait_ok(&cl, 60, err, sizeof err) == 0);
+    rcpc_options(&o, &node, cl.seed);
+    o.read_policy = RCP_READ_PREFER_REPLICA;
+    h = rcpc_open(&o);
+    set_value(h, "{bulk5}big", v, SET_LEN);
+    ck_assert(rcpc_wait_replicas_synced(&cl, rcptest_scale(10000)) == 0);
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &a), RCP_OK);
+    stream_get_check(h, "{bulk5}big", v, SET_LEN, "from a replica");
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &b), RCP_OK);
+    ck_assert_uint_eq(b.moved, a.moved);
+    n = rcp_cluster_get_nodes(h, info, RCPC_MAX_NODES);
+    for (i = 0; i < n && i < RCPC_MAX_NODES; i++)
+        if (!info[i].is_master && info[i].in_map)
+            replica_bulk += info[i].bulk_requests;
+    ck_assert_uint_eq(replica_bulk, 1);
+    free(v);
+    rcp_cluster_close(h);
+}
+END_TEST
+
+#define CC_THREADS 8
+#define CC_ROUNDS 12
+#define CC_LEN (300 * 1024)
+
+struct cc_worker {
+    pthread_t th;
+    rcp_cluster *h;
+    int id;
+    const char *v;
+    int bad;
+    char why[300];
+};
+
+static void *cc_main(void *arg)
+{
+    struct cc_worker *w = arg;
+    char key[64], d[256];
+    for (int i = 0; i < CC_ROUNDS && !w->bad; i++) {
+        const char *argv[3] = {"SET", key, w->v};
+        size_t lens[3];
+        rcp_reply *r;
+        int rc = 0;
+        snprintf(key, sizeof key, "cc:%d:%d", w->id, i);
+        lens[0] = 3;
+        lens[1] = strlen(key);
+        lens[2] = CC_LEN;
+        r = (i & 1) ? rcpc_call_async(w->h, -1, 3, argv, lens, &rc)
+                    : rcp_cluster_command_argv(w->h, 3, argv, lens);
+        if (!rcpc_is_status(r, "OK")) {
+            w->bad = 1;
+            snprintf(w->why, sizeof w->why, "SET %s: %d %s", key, rc,
+                     rcptest_describe(r, d, sizeof d));
+        }
+        rcp_reply_free(r);
+        r = rcp_cluster_command(w->h, "STRLEN %s", key);
+        if (!w->bad && !rcptest_is_int(r, CC_LEN)) {
+            w->bad = 1;
+            snprintf(w->why, sizeof w->why, "STRLEN %s: %s", key,
+                     rcptest_describe(r, d, sizeof d));
+        }
+        rcp_reply_free(r);
+    }
+    return NULL;
+}
+
+START_TEST(test_concurrent_pool)
+{
+    rcp_cluster *h = open_pool(2, 0);
+    char *v = pattern_value(CC_LEN);
+    struct cc_worker w[CC_THREADS];
+    rcp_cluster_node_info info[RCPC_MAX_NODES];
+    size_t n, i;
+
+    memset(w, 0, sizeof w);
+    for (i = 0; i < CC_THREADS; i++) {
+        w[i].h = h;
+        w[i].id = (int)i;
+        w[i].v = v;
+        ck_assert(pthread_create(&w[i].th, NULL, cc_main, &w[i]) == 0);
+    }
+    for (i = 0; i < CC_THREADS; i++)
+        pthread_join(w[i].th, NULL);
+    for (i = 0; i < CC_THREADS; i++)
+        ck_assert_msg(!w[i].bad, "thread %zu: %s", i, w[i].why);
+    ck_assert_uint_ge(bulk_requests(h), CC_THREADS * CC_ROUNDS);
+    n = rcp_cluster_get_nodes(h, info, RCPC_MAX_NODES);
+    for (i = 0; i < n && i < RCPC_MAX_NODES; i++)
+        ck_assert_msg(info[i].bulk_conns <= 2, "%s has %d bulk connections (pool 2, master role)",
+                      info[i].addr, info[i].bulk_conns);
+    free(v);
+    rcp_cluster_close(h);
+}
+END_TEST
+
+static ssize_t pat_source_fn(void *ud, char *buf, size_t cap, uint64_t off)
+{
+    (void)ud;
+    for (size_t i = 0; i < cap; i++)
+        buf[i] = (char)pat(off + i);
+    return (ssize_t)cap;
+}
+
+START_TEST(test_source_on_new_bulk_conn)
+{
+    rcp_cluster_options o;
+    static rcp_conn_options node;
+    rcp_cluster *h;
+    rcp_source src;
+    char *v = pattern_value(SET_LEN), err[512], d[256];
+    const char *argv[2] = {"SET", "{bulk6}src"};
+    rcp_reply *r;
+
+    ck_assert(rcpc_wait_ok(&cl, 60, err, sizeof err) == 0);
+    rcpc_options(&o, &node, cl.seed);
+    node.client_name = "rcp-bulk-test"; /* a handshake command on every connection */
+    h = rcpc_open(&o);
+    memset(&src, 0, sizeof src);
+    src.kind = RCP_SOURCE_CALLBACK;
+    src.len = SET_LEN;
+    src.fn = pat_source_fn;
+    r = rcp_cluster_command_argv_source(h, 2, argv, NULL, &src);
+    ck_assert_msg(rcpc_is_status(r, "OK"), "streamed SET on a new bulk connection: %s",
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_uint_eq(bulk_requests(h), 1);
+    stream_get_check(h, "{bulk6}src", v, SET_LEN, "of the streamed SET");
+    free(v);
+    rcp_cluster_close(h);
+}
+END_TEST
+
+START_TEST(test_options)
+{
+    rcp_cluster_options o;
+    rcp_cluster *h = NULL;
+    char err[512];
+    struct {
+        int pool;
+        size_t threshold;
+        const char *name;
+    } bad[] = {{-1, 262144, "bulk_pool"}, {65, 262144, "bulk_pool"}, {2, 10, "bulk_threshold"},
+               {2, (size_t)-1, "bulk_threshold"}};
+
+    rcp_cluster_options_init(&o);
+    ck_assert_int_eq(o.bulk_pool, 2);
+    ck_assert_uint_eq(o.bulk_threshold, 262144);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rcp_cluster_options_init(&o);
+        o.seeds = cl.seed;
+        o.bulk_pool = bad[i].pool;
+        o.bulk_threshold = bad[i].threshold;
+        ck_assert_int_eq(rcp_cluster_open(&o, &h, err, sizeof err), RCP_ERR_INVALID);
+        ck_assert(h == NULL);
+        ck_assert_msg(strstr(err, bad[i].name) != NULL, "error does not name %s: %s",
+                      bad[i].name, err);
+    }
+    /* 0 (off) and the maximum are fine. */
+    for (int pool = 0; pool <= 64; pool += 64) {
+        rcp_cluster_options_init(&o);
+        o.seeds = cl.seed;
+        o.bulk_pool = pool;
+        h = rcpc_open(&o);
+        rcp_cluster_close(h);
+    }
+}
+END_TEST
+
+static void add_tests(TCase *tc)
+{
+    RCPTEST_ADD(tc, test_options, test_big_set_goes_to_pool, test_concurrent_pool,
+                test_source_on_new_bulk_conn, test_small_beside_stalled_stream,
+                test_stalled_stream_blocks_without_pool, test_replica_reads_readonly,
+                test_bulk_follows_moved);
+}
+
+int main(void)
+{
+    static const char *const extra[] = {"--cluster-allow-replica-migration", "no", NULL};
+    signal(SIGPIPE, SIG_IGN);
+    return rcpc_main(&cl, "bulk", 3, 1, extra, 240, add_tests);
+}
