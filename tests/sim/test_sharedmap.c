@@ -9,6 +9,7 @@
  * must go straight to node 1: only the MOVED, recorded in the shared map,
  * can have told the handle so. */
 #include <check.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -212,19 +213,45 @@ END_TEST
 /* A WATCH whose connection the server drops: the transaction is not run
  * (NOT_SENT: watch again), and freeing it returns (its connection, which
  * never reconnects, is closed although its session already ended). */
+static atomic_int lost_events;
+
+static void count_lost(const rcp_event *ev, void *data)
+{
+    (void)data;
+    if (ev->type == RCP_EVENT_DISCONNECTED)
+        atomic_fetch_add(&lost_events, 1);
+}
+
 START_TEST(watch_connection_lost)
 {
     sim_node *n[2];
-    rcp_cluster *cl = open_stale(n);
-    rcp_txn *t = rcp_txn_new(cl);
+    rcp_cluster_options o;
+    rcp_conn_options no;
+    rcp_cluster *cl;
+    uint64_t until;
+    rcp_txn *t;
     const char *keys[] = {KEY};
     rcp_reply *r;
+    ck_assert_int_eq(sim_start(n, 2), 0);
+    for (int i = 0; i < 2; i++)
+        sim_loadf(n[i], "%son CLUSTER SLOTS => slots 0-16383=$P0\n", sim_prelude);
+    sim_cluster_options(&o, &no, sim_addr(n[0], seeds, sizeof seeds));
+    atomic_store(&lost_events, 0);
+    o.event_cb = count_lost;
+    cl = sim_open(&o);
+    t = rcp_txn_new(cl);
     sim_loadf(n[0], "expect WATCH " KEY "\nsend \"+OK\\r\\n\"\nclose\n");
     ck_assert_ptr_nonnull(t);
     r = rcp_txn_watch(t, 1, keys, NULL);
     ck_assert_int_eq(r->type, RCP_REPLY_STATUS);
     rcp_reply_free(r);
     sim_assert_done(n[0], rcptest_scale(5000));
+    /* The client must have seen the close before EXEC goes out; if EXEC
+     * met the closing socket it would honestly be "written, outcome
+     * unknown" (RCP_ERR_IO), which is not what this test is about. */
+    until = rcptest_now_ns() + (uint64_t)rcptest_scale(2000) * 1000000ull;
+    while (atomic_load(&lost_events) == 0 && rcptest_now_ns() < until)
+        rcptest_sleep_ms(2);
     ck_assert_int_eq(rcp_txn_add(t, "SET %s v", KEY), RCP_OK);
     r = rcp_txn_exec(t);
     ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_NOT_SENT, "EXEC: %d %d %s",
