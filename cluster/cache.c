@@ -657,7 +657,12 @@ rcp_reply *rcp__cache_command(struct rcp_cluster *cl, rcp__req *rq, const char *
 void rcp__cache_drop_argv(struct rcp_cluster *cl, int argc, const char **argv,
                           const size_t *argvlen)
 {
-    const rcp__cmd *cmd = rcp__cmd_lookup(argc, argv, argvlen);
+    rcp__cache_drop_keys(cl, rcp__cmd_lookup(argc, argv, argvlen), argc, argv, argvlen);
+}
+
+void rcp__cache_drop_keys(struct rcp_cluster *cl, const rcp__cmd *cmd, int argc,
+                          const char **argv, const size_t *argvlen)
+{
     int idx[64], *all = idx, nk, i;
     if (!cmd)
         return;

@@ -45,6 +45,9 @@ rcp_reply *rcp__cache_command(struct rcp_cluster *cl, rcp__req *rq, const char *
  * answered: drop every entry of its keys (and any read of them in
  * flight, which will not be stored). By argv (classify.c, before the
  * send) or by the formatted bytes (after the reply). */
+/* The same with the command already looked up (classify.c has it). */
+void rcp__cache_drop_keys(struct rcp_cluster *cl, const rcp__cmd *cmd, int argc,
+                          const char **argv, const size_t *argvlen);
 void rcp__cache_drop_argv(struct rcp_cluster *cl, int argc, const char **argv,
                           const size_t *argvlen);
 void rcp__cache_drop_raw(struct rcp_cluster *cl, const char *buf, size_t len);

@@ -83,7 +83,7 @@ rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **arg
         rq->has_slot = 1;
         rq->slot = rcp__keyslot(argv[1], argvlen ? argvlen[1] : argv[1] ? strlen(argv[1]) : 0);
         if (cl->cache && !(rq->flags & RCP__CMD_READONLY))
-            rcp__cache_drop_argv(cl, argc, argv, argvlen); /* before it is sent */
+            rcp__cache_drop_keys(cl, cmd, argc, argv, argvlen); /* before it is sent */
         return RCP__ROUTE_ONE;
     }
     screen = rcp__cmd_screen(cmd, argc, argv, argvlen, why);
@@ -114,7 +114,7 @@ rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **arg
     }
     rq->has_slot = nk > 0;
     if (cl->cache && nk > 0 && !(rq->flags & RCP__CMD_READONLY))
-        rcp__cache_drop_argv(cl, argc, argv, argvlen); /* before it is sent */
+        rcp__cache_drop_keys(cl, cmd, argc, argv, argvlen); /* before it is sent */
     rv = one_slot(cmd, argc, argv, argvlen, idx, nk, rq, why);
     if (rv == RCP_ERR_CROSS_SLOT && (rq->flags & RCP__CMD_SPLIT) &&
         rcp__multi_kind(argc, argv, argvlen)) {
