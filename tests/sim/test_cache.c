@@ -206,12 +206,11 @@ START_TEST(flush_and_lost_invalidation_connection)
     sim_node *n[1];
     rcp_cluster *h;
     size_t gets;
-    int inv, data;
+    int inv;
     uint64_t until;
     ck_assert_int_eq(sim_start(n, 1), 0);
     h = armed(n[0], 0);
     inv = inv_conn(n[0]);
-    data = inv == 0 ? 1 : 0;
     sim_loadf(n[0], "on GET k => send \"$2\\r\\nv1\\r\\n\"\n");
     sim_assert_done(n[0], rcptest_scale(2000));
     get_is(h, "k", "v1");
@@ -248,7 +247,6 @@ START_TEST(flush_and_lost_invalidation_connection)
     while (!tracking(h) && rcptest_now_ns() < until)
         rcptest_sleep_ms(5);
     ck_assert_msg(tracking(h), "tracking not re-armed after the invalidation connection came back");
-    (void)data;
     rcp_cluster_close(h);
     sim_free_all(n, 1);
 }
