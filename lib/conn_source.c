@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -36,6 +37,14 @@ int rcp__source_check(const rcp_source *s)
     if (s && s->kind == RCP_SOURCE_FD && s->fd >= 0 && s->offset >= 0)
         return RCP_OK;
     return RCP_ERR_INVALID;
+}
+
+int rcp__source_replayable(const rcp_source *s)
+{
+    struct stat st;
+    if (s->kind == RCP_SOURCE_FD)
+        return fstat(s->fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
+    return (s->flags & RCP_SOURCE_REPLAYABLE) != 0;
 }
 
 void rcp__conn_source_reset(struct rcp_conn *c)
