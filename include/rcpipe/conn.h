@@ -284,8 +284,9 @@ typedef enum rcp_source_kind {
                               * of a RCP_SOURCE_REPLAYABLE source) */
     RCP_SOURCE_FD = 2        /* len bytes of fd from offset, read with pread() (read()
                               * for a pipe or socket, which must then be at the value's
-                              * start: offset is ignored). The fd is not closed, and its
-                              * file position is not moved by pread */
+                              * start: offset is ignored); a regular file goes with
+                              * sendfile() in plain text. The fd is not closed, and its
+                              * file position is not moved */
 } rcp_source_kind;
 
 typedef ssize_t (*rcp_source_fn)(void *ud, char *buf, size_t cap, uint64_t offset);
@@ -357,6 +358,8 @@ typedef struct rcp_conn_stats {
                               * of them instead of reading for them */
     uint64_t corked;         /* sends that waited for the first reply byte of the write in
                               * flight instead of waking the loop (option cork) */
+    uint64_t sendfile_bytes; /* of bytes_out, value bytes an fd source on a file sent with
+                              * sendfile(), not copied through the library (plain text) */
 } rcp_conn_stats;
 
 RCP_API int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *out);
