@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
@@ -3644,9 +3645,13 @@ int main(int argc, char **argv)
     memset(&wr, 0, sizeof(wr));
     b.cfg = &cfg;
     atomic_init(&b.stop, false);
-    b.value = malloc(cfg.data_size + 1);
-    if (!b.value)
-        die_run("out of memory");
+    /* Mapped, not malloc'ed: malloc may write a fresh block (glibc's
+     * MALLOC_PERTURB_, which meson test sets), and the pages must stay
+     * untouched until something sends from them. */
+    b.value = mmap(NULL, cfg.data_size + 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (b.value == MAP_FAILED)
+        die_run("out of memory (mmap of %zu bytes: %s)", cfg.data_size + 1, strerror(errno));
     /* Written only when something sends it: an untouched large buffer
      * costs no resident memory, so a GET-only run's peak_rss_kb is the
      * client's own, and so is a --stream SET run's (its values come from
@@ -4122,7 +4127,7 @@ int main(int argc, char **argv)
     pthread_cond_destroy(&b.cv);
     pthread_mutex_destroy(&b.mu);
     free(b.workers);
-    free(b.value);
+    munmap(b.value, cfg.data_size + 1);
     free(b.big_value);
     free(b.big_prefix);
     free(cfg.host);
