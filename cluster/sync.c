@@ -127,10 +127,21 @@ static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, c
         rq.len = rcp__format_source_len(argc, argv, argvlen, src->len);
         if (src->len > max || rq.len + 2 > max - src->len)
             return sync_error_reply(RCP_ERR_TOO_LARGE, NULL);
-        rq.buf = rq.len <= sizeof stackbuf ? stackbuf : rcp__malloc(rq.len);
-        if (!rq.buf)
-            return sync_error_reply(RCP_ERR_OOM, NULL);
-        rcp__format_source_write(rq.buf, argc, argv, argvlen, src->len);
+        if (src->len <= RCP__SOURCE_INLINE) {
+            /* Small: read now, sent as any request (lib/connection.h):
+             * the shared pipeline, the lone-caller path; a redirect sends
+             * the same bytes again. */
+            char why[300];
+            code = rcp__source_inline(argc, argv, argvlen, src, &rq.buf, &rq.len, why, sizeof why);
+            if (code != RCP_OK)
+                return sync_error_reply(code, why);
+            rq.src = NULL;
+        } else {
+            rq.buf = rq.len <= sizeof stackbuf ? stackbuf : rcp__malloc(rq.len);
+            if (!rq.buf)
+                return sync_error_reply(RCP_ERR_OOM, NULL);
+            rcp__format_source_write(rq.buf, argc, argv, argvlen, src->len);
+        }
     } else if (fmtbuf) {
         rq.buf = fmtbuf;
         rq.len = fmtlen;

@@ -892,7 +892,7 @@ __attribute__((always_inline)) static inline rcp_reply *
 public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const size_t *argvlen,
                const char *fmt, va_list *ap, const rcp_sink *sink, const rcp_source *src)
 {
-    char *buf = NULL;
+    char *buf = NULL, whybuf[300];
     size_t len;
     const char *why;
     int rv;
@@ -909,6 +909,12 @@ public_command(rcp_conn *c, const char *fn, int argc, const char **argv, const s
         rv = format_fmt(c, fmt, *ap, &buf, &len, &why);
     else
         rv = precheck(c, argc, argv, argvlen, src, &len, &why);
+    if (rv == RCP_OK && src && src->len <= RCP__SOURCE_INLINE) {
+        /* Small: read now, sent as any request (connection.h). */
+        rv = rcp__source_inline(argc, argv, argvlen, src, &buf, &len, whybuf, sizeof whybuf);
+        why = whybuf;
+        src = NULL;
+    }
     if (rv != RCP_OK)
         r = rcp__conn_error_reply(rv, why, "request refused");
     else

@@ -42,6 +42,7 @@
 
 #include "alloc.h"
 #include "conn_int.h"
+#include "format.h"
 
 #define SOURCE_CHUNK (64 * 1024)
 /* The bytes one pass writes before the loop serves its other work. */
@@ -160,44 +161,75 @@ static int source_sendfile(struct rcp_conn *c, size_t *written)
     return rv;
 }
 
+/* Up to want (> 0) bytes of the value from off into buf: how many, or
+ * -1 with why (the source ended, failed, or gave more than asked). */
+static ssize_t source_read(const rcp_source *src, char *buf, size_t want, uint64_t off,
+                           char *why, size_t whylen)
+{
+    ssize_t n;
+    if (src->kind == RCP_SOURCE_CALLBACK) {
+        n = src->fn(src->ud, buf, want, off);
+    } else {
+        do
+            n = pread(src->fd, buf, want, src->offset + (off_t)off);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && errno == ESPIPE) {
+            do
+                n = read(src->fd, buf, want);
+            while (n < 0 && errno == EINTR);
+        }
+    }
+    if (n > 0 && (size_t)n <= want)
+        return n;
+    if (n < 0 && src->kind == RCP_SOURCE_FD)
+        snprintf(why, whylen, "source failed at byte %llu of %zu: read: %s",
+                 (unsigned long long)off, src->len, strerror(errno));
+    else if (n > 0)
+        snprintf(why, whylen, "source gave %zd bytes at byte %llu of %zu where %zu were asked for",
+                 n, (unsigned long long)off, src->len, want);
+    else
+        snprintf(why, whylen, "source ended at byte %llu of %zu%s", (unsigned long long)off,
+                 src->len, n == 0 ? "" : " (the callback failed)");
+    return -1;
+}
+
+int rcp__source_inline(int argc, const char **argv, const size_t *argvlen, const rcp_source *src,
+                       char **out, size_t *outlen, char *why, size_t whylen)
+{
+    size_t head = rcp__format_source_len(argc, argv, argvlen, src->len), got = 0;
+    char *buf = rcp__malloc(head + src->len + 2);
+    if (!buf) {
+        snprintf(why, whylen, "out of memory for a %zu-byte value", src->len);
+        return RCP_ERR_OOM;
+    }
+    rcp__format_source_write(buf, argc, argv, argvlen, src->len);
+    while (got < src->len) {
+        ssize_t n = source_read(src, buf + head + got, src->len - got, got, why, whylen);
+        if (n < 0) {
+            rcp__free(buf);
+            return RCP_ERR_IO;
+        }
+        got += (size_t)n;
+    }
+    buf[head + got] = '\r';
+    buf[head + got + 1] = '\n';
+    *out = buf;
+    *outlen = head + src->len + 2;
+    return RCP_OK;
+}
+
 /* Pull the next chunk into so->buf; 0, or CONN_IO_SHORT with so->why. */
 static int source_pull(struct rcp_conn *c)
 {
     rcp__source_state *so = &c->so;
     const rcp_source *src = so->src;
     size_t want = src->len - so->off;
-    ssize_t n;
+    ssize_t n = 0;
 
     if (want > SOURCE_CHUNK)
         want = SOURCE_CHUNK;
-    if (want == 0) {
-        n = 0;
-    } else if (src->kind == RCP_SOURCE_CALLBACK) {
-        n = src->fn(src->ud, so->buf, want, so->off);
-    } else {
-        do
-            n = pread(src->fd, so->buf, want, src->offset + (off_t)so->off);
-        while (n < 0 && errno == EINTR);
-        if (n < 0 && errno == ESPIPE) {
-            do
-                n = read(src->fd, so->buf, want);
-            while (n < 0 && errno == EINTR);
-        }
-    }
-    if (want && (n <= 0 || (size_t)n > want)) {
-        if (n < 0 && src->kind == RCP_SOURCE_FD)
-            snprintf(so->why, sizeof so->why, "source failed at byte %llu of %zu: read: %s",
-                     (unsigned long long)so->off, src->len, strerror(errno));
-        else if (n > 0)
-            snprintf(so->why, sizeof so->why,
-                     "source gave %zd bytes at byte %llu of %zu where %zu were asked for", n,
-                     (unsigned long long)so->off, src->len, want);
-        else
-            snprintf(so->why, sizeof so->why, "source ended at byte %llu of %zu%s",
-                     (unsigned long long)so->off, src->len,
-                     n == 0 ? "" : " (the callback failed)");
+    if (want && (n = source_read(src, so->buf, want, so->off, so->why, sizeof so->why)) < 0)
         return CONN_IO_SHORT;
-    }
     so->off += (size_t)n;
     so->blen = (size_t)n;
     so->boff = 0;

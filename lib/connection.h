@@ -179,6 +179,16 @@ int rcp__source_check(const rcp_source *src);
 /* 1 if a checked source can be pulled again from byte 0 (rcpipe/conn.h,
  * RCP_SOURCE_REPLAYABLE; an fd on a regular file or block device). */
 int rcp__source_replayable(const rcp_source *src);
+/* A sync call's value of at most this many bytes is read whole on the
+ * caller's thread and sent as an ordinary request (the lone-caller path),
+ * not streamed by the I/O thread: rcp__source_inline. */
+#define RCP__SOURCE_INLINE (64 * 1024)
+/* The whole command, its last argument read from src, in a buffer of its
+ * own (*out, rcp__free; *outlen bytes). RCP_OK; RCP_ERR_IO with why when
+ * the source ends, fails or gives more than asked before src->len bytes
+ * (nothing was sent); RCP_ERR_OOM. */
+int rcp__source_inline(int argc, const char **argv, const size_t *argvlen, const rcp_source *src,
+                       char **out, size_t *outlen, char *why, size_t whylen);
 /* rcp__conn_send_raw_until whose reply streams to sink (NULL: an ordinary
  * request). The sink MUST stay valid until f is resolved. A bulk reply
  * resolves f with its length (an integer reply) or RCP_ERR_SINK; any

@@ -259,7 +259,12 @@ RCP_API rcp_reply *rcp_conn_command_argv_sink(rcp_conn *c, int argc, const char 
  *
  * Sources are written by the connection's I/O thread only (never by a
  * sync caller's own thread): a sync call with a source queues and waits.
- * Requests queued behind a source request wait for its upload (the
+ * Except a small value: a sync call (rcp_conn_command_argv_source,
+ * rcp_cluster_command_argv_source) whose len is at most 64 KiB reads it
+ * whole first, on the caller's thread, and sends it as an ordinary
+ * request (the lone-caller path, one write); a source that ends early
+ * then fails the call with RCP_ERR_IO before anything is sent, and the
+ * connection is kept. Requests queued behind a source request wait for its upload (the
  * pipeline is ordered): a large upload holds up the small requests
  * behind it on that connection.
  *

@@ -377,6 +377,49 @@ START_TEST(short_source_drops_connection)
 }
 END_TEST
 
+/* A sync call whose value is at most RCP__SOURCE_INLINE (64 KiB) reads it
+ * whole first, on the caller's thread, and sends it as any request: a
+ * source that ends early then fails the call with RCP_ERR_IO before
+ * anything is sent, and the connection stays up. At the limit the value
+ * round-trips; one byte over, it streams (and a short one drops the
+ * connection, as above). */
+START_TEST(small_source_read_first)
+{
+    gen_source g;
+    rcp_reply *r;
+    char d[256];
+    uint64_t before = disconnects();
+    int c0;
+
+    gen_init(&g, 1000, 21);
+    g.stop_at = 500;
+    r = set_source("src:small-short", &g.s);
+    ck_assert_msg(rcpt_is_client_error(r, RCP_ERR_IO), "%s", rcptest_describe(r, d, sizeof d));
+    ck_assert_msg(strstr(r->str, "source ended at byte 500 of 1000"), "%s", r->str);
+    rcp_reply_free(r);
+    ck_assert_uint_eq(disconnects(), before); /* nothing was sent: kept */
+    ck_assert_int_eq(exists("src:small-short"), 0);
+
+    gen_init(&g, 64 * 1024, 22);
+    r = set_source("src:small-limit", &g.s);
+    ck_assert_msg(rcpt_is_status(r, "OK"), "%s", rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert(!g.bad && g.next == 64 * 1024);
+    ck_assert(value_is("src:small-limit", 64 * 1024, 22));
+    ck_assert_uint_eq(disconnects(), before);
+
+    gen_init(&g, 64 * 1024 + 1, 23);
+    g.stop_at = 1000;
+    c0 = connects_now();
+    r = set_source("src:over-limit-short", &g.s);
+    ck_assert_msg(rcpt_is_client_error(r, RCP_ERR_IO), "%s", rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_uint_eq(disconnects(), before + 1); /* streamed: dropped mid-value */
+    await_reconnect(c0);
+    assert_in_step();
+}
+END_TEST
+
 START_TEST(invalid_sources_refused)
 {
     rcp_source s;
@@ -524,7 +567,8 @@ static void add_tests(TCase *tc)
 {
     tcase_add_checked_fixture(tc, setup, teardown);
     RCPTEST_ADD(tc, callback_sizes, callback_64mib_bounded_memory, fd_source_at_offset,
-                fd_source_pipe, short_source_drops_connection, invalid_sources_refused,
+                fd_source_pipe, short_source_drops_connection, small_source_read_first,
+                invalid_sources_refused,
                 threads_mixed_order_kept);
 }
 
