@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
@@ -140,8 +141,10 @@ typedef struct config {
     unsigned series_min, series_max; /* --series: runs of MIN..MAX back to back */
     bool tls;             /* --tls: rcpipe, the classic baseline and the side channels */
     tlsconn_settings tls_s; /* --cacert, --cert, --key, --sni, --tls-skip-verify */
-    bool stream;          /* --stream: rcpipe GETs into a counting sink (rcp_sink) */
+    bool stream;          /* --stream: rcpipe GETs into a counting sink (rcp_sink), SETs
+                           * from a generating source (rcp_source) */
     size_t big_size;      /* --big-thread SIZE: thread 0 moves values of SIZE; 0: off */
+    double big_rate;      /* --big-rate MBPS, in bytes/s: thread 0's cap; 0: none */
     size_t cache_bytes;   /* --client-cache-bytes: rcp_cluster_options.client_cache_bytes */
     int cache_ttl_ms;     /* --client-cache-ttl-ms; 0: the library's default */
     uint64_t writer_rate; /* --writer-rate: SETs/s from one extra thread and handle; 0: none */
@@ -175,6 +178,8 @@ typedef struct req {
     bool streamed;      /* a --stream GET: its reply is the value's length */
     rcp_sink sink;      /* --stream GETs: counts into sunk, must live until resolved */
     uint64_t sunk;      /* bytes the sink was given */
+    rcp_source src;     /* --stream SETs: generates the value, must live until resolved */
+    uint64_t pulled;    /* bytes the source gave */
     char err[160];      /* OUT_ERR: why */
 } req;
 
@@ -431,7 +436,10 @@ static void usage(FILE *f)
         "      --cork               rcpipe: adaptive corking (option cork, docs/tuning.md)\n"
         "      --count-allocs       rcpipe: count the library's allocations during the run\n"
         "      --stream             rcpipe: GETs stream their value into a sink that counts\n"
-        "                           and discards it (rcp_sink); SETs stay ordinary\n"
+        "                           and discards it (rcp_sink); SETs send theirs from a\n"
+        "                           source that generates the value's bytes (the same\n"
+        "                           pattern as a plain SET's) as the socket takes them\n"
+        "                           (rcp_source), without the value in memory\n"
         "\n"
         "Client-side cache (rcpipe, cluster, sync mode; docs/caching.md):\n"
         "      --client-cache-bytes N  cache up to N bytes of GET replies (0: off, the\n"
@@ -448,6 +456,9 @@ static void usage(FILE *f)
         "                           before the run), the others do the normal load; the\n"
         "                           table and latencies are the others' (head-of-line\n"
         "                           blocking), thread 0 is reported on its own\n"
+        "      --big-rate MBPS      with --big-thread: thread 0 moves at most MBPS MB/s\n"
+        "                           (10^6 bytes) of values: each request waits until the\n"
+        "                           value bytes moved so far fit the rate since the start\n"
         "      --bulk-pool N        rcpipe cluster: bulk connections per node (option\n"
         "                           bulk_pool; 0: every request on the shared pipeline)\n"
         "      --bulk-threshold B   rcpipe cluster: commands over B bytes go to the bulk\n"
@@ -603,7 +614,8 @@ enum {
     OPT_CACHE_TTL,
     OPT_WRITER_RATE,
     OPT_BULK_POOL,
-    OPT_BULK_THRESHOLD
+    OPT_BULK_THRESHOLD,
+    OPT_BIG_RATE
 };
 
 /* "X" or "X:Y" with X, Y in R, S, G (memtier's SET:GET form). */
@@ -721,6 +733,7 @@ static void parse_args(config *cfg, int argc, char **argv)
         {"sni", required_argument, NULL, OPT_SNI},
         {"stream", no_argument, NULL, OPT_STREAM},
         {"big-thread", required_argument, NULL, OPT_BIG_THREAD},
+        {"big-rate", required_argument, NULL, OPT_BIG_RATE},
         {"client-cache-bytes", required_argument, NULL, OPT_CACHE_BYTES},
         {"client-cache-ttl-ms", required_argument, NULL, OPT_CACHE_TTL},
         {"writer-rate", required_argument, NULL, OPT_WRITER_RATE},
@@ -860,6 +873,9 @@ static void parse_args(config *cfg, int argc, char **argv)
         case OPT_BIG_THREAD:
             cfg->big_size = (size_t)parse_u64("--big-thread", optarg, 1, MAX_DATA_SIZE);
             break;
+        case OPT_BIG_RATE:
+            cfg->big_rate = parse_double("--big-rate", optarg, 0.001) * 1e6;
+            break;
         case OPT_CACHE_BYTES:
             cfg->cache_bytes = (size_t)parse_u64("--client-cache-bytes", optarg, 0, SIZE_MAX);
             /* the library's own bound, said here rather than at open */
@@ -910,6 +926,8 @@ static void parse_args(config *cfg, int argc, char **argv)
         die_usage("--big-thread works in sync mode only (no --async-depth, no --pipeline)");
     if (cfg->big_size && cfg->threads < 2)
         die_usage("--big-thread needs 2 threads or more (thread 0 moves the big values)");
+    if (cfg->big_rate > 0 && !cfg->big_size)
+        die_usage("--big-rate needs --big-thread SIZE (it holds thread 0 to a byte rate)");
 #ifndef RCP_BENCH_LIBEVENT
     if (cfg->client == CLIENT_CLASSIC && cfg->async_depth)
         die_usage("--client classic --async-depth needs libevent: this rcp-bench was built "
@@ -1409,6 +1427,63 @@ static int judge_stream(const rcp_reply *r, uint64_t sunk, char *err, size_t err
     return OUT_HIT;
 }
 
+/* The bytes of every value the bench sends: "0123...xyz" repeated, byte i
+ * of a value being VALUE_PATTERN[i % 36]. */
+#define VALUE_PATTERN "0123456789abcdefghijklmnopqrstuvwxyz"
+#define PATTERN_LEN 36u
+/* --stream SETs: the pattern from every phase, so that any window of up
+ * to SOURCE_CHUNK bytes of a value is one memcpy (written once, before
+ * the threads start). */
+#define SOURCE_CHUNK 65536u
+static char source_tab[SOURCE_CHUNK + PATTERN_LEN];
+
+static void fill_pattern(char *buf, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        buf[i] = VALUE_PATTERN[i % PATTERN_LEN];
+}
+
+/* --stream: a SET's value comes from this source, which generates the
+ * bytes at offset..offset+cap of the pattern (the value a plain SET sends)
+ * and counts them; no value is held anywhere in the bench. */
+static ssize_t source_gen(void *ud, char *buf, size_t cap, uint64_t offset)
+{
+    size_t n = cap < SOURCE_CHUNK ? cap : SOURCE_CHUNK;
+
+    memcpy(buf, source_tab + offset % PATTERN_LEN, n);
+    *(uint64_t *)ud += n;
+    return (ssize_t)n;
+}
+
+static void source_init(rcp_source *s, uint64_t *counter, size_t len)
+{
+    memset(s, 0, sizeof(*s));
+    s->kind = RCP_SOURCE_CALLBACK;
+    s->len = len;
+    s->fn = source_gen;
+    s->ud = counter;
+    s->fd = -1;
+    *counter = 0;
+}
+
+/* A streamed SET wants its ordinary status reply, and the source must
+ * have given exactly the value's length (the library pulls no byte more
+ * than it announced, and none less for a stored value). */
+static int judge_source(const rcp_reply *r, uint64_t pulled, size_t vsize, char *err,
+                        size_t errlen, size_t *bytes, size_t *vlen)
+{
+    int out = judge_rcpipe(true, r, err, errlen, bytes, vlen);
+
+    if (out == OUT_OK && pulled != vsize) {
+        snprintf(err, errlen, "SET (streamed): OK, but the source gave %" PRIu64 " bytes of "
+                 "a %zu-byte value", pulled, vsize);
+        return OUT_ERR;
+    }
+    return out;
+}
+
 static int request_rcpipe(worker *w, bool is_set, int argc, const char **argv,
                           const size_t *argvlen, size_t *bytes, size_t *vlen)
 {
@@ -1425,6 +1500,15 @@ static int request_rcpipe(worker *w, bool is_set, int argc, const char **argv,
         r = b->cluster ? rcp_cluster_command_argv_sink(b->cluster, argc, argv, argvlen, &sink)
                        : rcp_conn_command_argv_sink(b->conn, argc, argv, argvlen, &sink);
         out = judge_stream(r, sunk, err, sizeof(err), bytes, vlen);
+    } else if (b->cfg->stream) { /* a SET: argv[argc - 1] is the value, from the source */
+        uint64_t pulled = 0;
+        rcp_source src;
+
+        source_init(&src, &pulled, argvlen[argc - 1]);
+        r = b->cluster
+                ? rcp_cluster_command_argv_source(b->cluster, argc - 1, argv, argvlen, &src)
+                : rcp_conn_command_argv_source(b->conn, argc - 1, argv, argvlen, &src);
+        out = judge_source(r, pulled, argvlen[argc - 1], err, sizeof(err), bytes, vlen);
     } else {
         r = b->cluster ? rcp_cluster_command_argv(b->cluster, argc, argv, argvlen)
                        : rcp_conn_command_argv(b->conn, argc, argv, argvlen);
@@ -1751,6 +1835,13 @@ static void run_sync(worker *w)
         }
         if (series_left)
             series_left--;
+        /* --big-rate: the big thread starts a request only once the value
+         * bytes it moved so far fit the rate since the start (its
+         * latency is still from its send). */
+        if (w->big && cfg->big_rate > 0 &&
+            !sleep_until(b, b->start_ns + (uint64_t)((double)w->value_bytes * 1e9 /
+                                                     cfg->big_rate)))
+            break;
         t0 = now_ns();
         if (classic && b->map)
             out = request_classic_cluster(w, is_set, argc, argv, argvlen, &rbytes, &vlen);
@@ -1769,6 +1860,20 @@ static void run_sync(worker *w)
 
 /* ------------------------------------------ async and pipeline (rcpipe) */
 
+/* Judges an async rcpipe request's reply: a streamed GET's, a streamed
+ * SET's (--stream, r->src) or a plain one's. */
+static int judge_async(req *r, const rcp_reply *reply)
+{
+    if (r->streamed)
+        return judge_stream(reply, r->sunk, r->err, sizeof(r->err), &r->reply_bytes,
+                            &r->value_len);
+    if (r->is_set && r->w->b->cfg->stream)
+        return judge_source(reply, r->pulled, r->w->vsize, r->err, sizeof(r->err),
+                            &r->reply_bytes, &r->value_len);
+    return judge_rcpipe(r->is_set, reply, r->err, sizeof(r->err), &r->reply_bytes,
+                        &r->value_len);
+}
+
 /* On an I/O thread: note the result, hand the slot back, wake the worker
  * only if it sleeps for want of a free slot. */
 static void on_resolve(rcp_future *f, rcp_reply *reply)
@@ -1778,10 +1883,7 @@ static void on_resolve(rcp_future *f, rcp_reply *reply)
     req *head;
 
     r->t_done = now_ns();
-    r->outcome = r->streamed ? judge_stream(reply, r->sunk, r->err, sizeof(r->err),
-                                            &r->reply_bytes, &r->value_len)
-                             : judge_rcpipe(r->is_set, reply, r->err, sizeof(r->err),
-                                            &r->reply_bytes, &r->value_len);
+    r->outcome = judge_async(r, reply);
     unsigned long n, want;
 
     head = atomic_load(&w->done_head);
@@ -1858,6 +1960,12 @@ static bool send_next(worker *w, char *key, uint64_t t_start)
         rc = b->cluster
                  ? rcp_cluster_send_argv_sink(b->cluster, &r->f, argc, argv, argvlen, &r->sink)
                  : rcp_conn_send_argv_sink(b->conn, &r->f, argc, argv, argvlen, &r->sink);
+    } else if (b->cfg->stream) { /* a SET, its value from the source */
+        source_init(&r->src, &r->pulled, argvlen[argc - 1]);
+        rc = b->cluster ? rcp_cluster_send_argv_source(b->cluster, &r->f, argc - 1, argv,
+                                                       argvlen, &r->src)
+                        : rcp_conn_send_argv_source(b->conn, &r->f, argc - 1, argv, argvlen,
+                                                    &r->src);
     } else {
         rc = b->cluster ? rcp_cluster_send_argv(b->cluster, &r->f, argc, argv, argvlen)
                         : rcp_conn_send_argv(b->conn, &r->f, argc, argv, argvlen);
@@ -2066,6 +2174,10 @@ static bool cb_send(worker *w, req *r)
             sink_init(&r->sink, &r->sunk);
             rc = cl ? rcp_cluster_send_argv_sink(cl, &r->f, argc, argv, argvlen, &r->sink)
                     : rcp_conn_send_argv_sink(cn, &r->f, argc, argv, argvlen, &r->sink);
+        } else if (b->cfg->stream) { /* a SET, its value from the source */
+            source_init(&r->src, &r->pulled, argvlen[argc - 1]);
+            rc = cl ? rcp_cluster_send_argv_source(cl, &r->f, argc - 1, argv, argvlen, &r->src)
+                    : rcp_conn_send_argv_source(cn, &r->f, argc - 1, argv, argvlen, &r->src);
         } else {
             rc = cl ? rcp_cluster_send_argv(cl, &r->f, argc, argv, argvlen)
                     : rcp_conn_send_argv(cn, &r->f, argc, argv, argvlen);
@@ -2121,10 +2233,7 @@ static void on_resolve_cb(rcp_future *f, rcp_reply *reply)
     req *r = f->data;
 
     r->t_done = now_ns();
-    r->outcome = r->streamed ? judge_stream(reply, r->sunk, r->err, sizeof(r->err),
-                                            &r->reply_bytes, &r->value_len)
-                             : judge_rcpipe(r->is_set, reply, r->err, sizeof(r->err),
-                                            &r->reply_bytes, &r->value_len);
+    r->outcome = judge_async(r, reply);
     cb_complete(r->w, r, r->outcome, r->reply_bytes, r->err);
 }
 
@@ -2928,7 +3037,9 @@ static void print_results(const config *cfg, const results *r)
     printf("client CPU           %.3f us/op\n", r->client_cpu_us_per_op);
     printf("value bytes          %.3f MB/s (%" PRIu64 " bytes: SET values sent + GET values "
            "received)%s\n", ratio_or_nan((double)r->value_bytes, r->elapsed_s) / 1e6,
-           r->value_bytes, cfg->stream ? "; GETs streamed to a counting sink" : "");
+           r->value_bytes,
+           cfg->stream ? "; GETs streamed to a counting sink, SETs from a generating source"
+                       : "");
     if (r->peak_rss_kb >= 0)
         printf("peak RSS             %ld KiB (VmHWM of the whole process)\n", r->peak_rss_kb);
     else
@@ -2940,6 +3051,8 @@ static void print_results(const config *cfg, const results *r)
                PRIu64 " SETs, %" PRIu64 " GETs: %" PRIu64 " hits, %" PRIu64 " misses), "
                "%.3f MB/s", cfg->big_size, r->big_ops, r->big_sets, r->big_gets, r->big_hits,
                r->big_misses, ratio_or_nan((double)r->big_value_bytes, r->elapsed_s) / 1e6);
+        if (cfg->big_rate > 0)
+            printf(" (held to %.3f MB/s)", cfg->big_rate / 1e6);
         if (h->count)
             printf(", latency avg %.3f p50 %.3f p99 %.3f max %.3f msec", hist_mean(h) / 1e6,
                    (double)hist_percentile(h, 50.0) / 1e6,
@@ -3162,6 +3275,10 @@ static bool write_json(const config *cfg, const results *r)
             fprintf(f, ", \"bytes_per_sec\": %.6g", (double)r->big_value_bytes / r->elapsed_s);
         else
             fprintf(f, ", \"bytes_per_sec\": null");
+        if (cfg->big_rate > 0)
+            fprintf(f, ", \"rate_cap_bytes_per_sec\": %.6g", cfg->big_rate);
+        else
+            fprintf(f, ", \"rate_cap_bytes_per_sec\": null");
         if (bh->count)
             fprintf(f, ", \"avg_us\": %.6g, \"p50_us\": %.6g, \"p99_us\": %.6g, "
                     "\"max_us\": %.6g}", hist_mean(bh) / 1e3,
@@ -3528,16 +3645,24 @@ int main(int argc, char **argv)
     memset(&wr, 0, sizeof(wr));
     b.cfg = &cfg;
     atomic_init(&b.stop, false);
-    b.value = malloc(cfg.data_size + 1);
-    if (!b.value)
-        die_run("out of memory");
+    /* Mapped, not malloc'ed: malloc may write a fresh block (glibc's
+     * MALLOC_PERTURB_, which meson test sets), and the pages must stay
+     * untouched until something sends from them. */
+    b.value = mmap(NULL, cfg.data_size + 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (b.value == MAP_FAILED)
+        die_run("out of memory (mmap of %zu bytes: %s)", cfg.data_size + 1, strerror(errno));
     /* Written only when something sends it: an untouched large buffer
      * costs no resident memory, so a GET-only run's peak_rss_kb is the
-     * client's own. */
-    if (cfg.ratio_set || cfg.preload || cfg.writer_rate)
-        for (i = 0; i < cfg.data_size; i++)
-            b.value[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[i % 36];
+     * client's own, and so is a --stream SET run's (its values come from
+     * source_gen, never from here). */
+    if ((cfg.ratio_set && !cfg.stream) || cfg.preload || cfg.writer_rate)
+        fill_pattern(b.value, cfg.data_size);
     b.value[cfg.data_size] = '\0';
+    if (cfg.stream) {
+        for (i = 0; i < sizeof(source_tab); i++)
+            source_tab[i] = VALUE_PATTERN[i % PATTERN_LEN];
+    }
 
     /* Fail early and clearly if the server is not there. */
     if (!server_info_read(&cfg, &si0, err, sizeof(err)))
@@ -3583,8 +3708,7 @@ int main(int argc, char **argv)
         if (!b.big_prefix || !b.big_value)
             die_run("out of memory");
         snprintf(b.big_prefix, n, "%sbig-", cfg.key_prefix);
-        for (i = 0; i < cfg.big_size; i++)
-            b.big_value[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[i % 36];
+        fill_pattern(b.big_value, cfg.big_size);
         if (cfg.cluster)
             preload_cluster(&cfg, map, b.big_prefix, 0, BIG_KEYS - 1, b.big_value,
                             cfg.big_size);
@@ -4003,7 +4127,7 @@ int main(int argc, char **argv)
     pthread_cond_destroy(&b.cv);
     pthread_mutex_destroy(&b.mu);
     free(b.workers);
-    free(b.value);
+    munmap(b.value, cfg.data_size + 1);
     free(b.big_value);
     free(b.big_prefix);
     free(cfg.host);

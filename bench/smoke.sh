@@ -7,10 +7,14 @@
 # 0-replica cluster (tests/scripts/cluster.sh), runs the tool for a fraction
 # of a second in every mode (sync rcpipe and classic, --async-depth,
 # --pipeline, --rate-limiting, key patterns, --count-allocs, --stream) on
-# both, --big-thread on each, the client cache with a writer on the
-# cluster, and
+# both, --big-thread on each (also held to a byte rate: --big-rate), the
+# client cache with a writer on the cluster, and
 # checks: exit 0, "ALL STATS" printed, the JSON parses, ops > 0, errors 0,
-# hits + misses == gets, the mode and the keys each option adds. Then checks
+# hits + misses == gets, the mode and the keys each option adds, and that
+# --big-rate keeps the big thread under its cap (plus one value). Then that
+# --stream SETs store the bench's pattern (read back with GET, sync on the
+# node and async on the cluster) and that two 32 MiB ones raise the peak RSS
+# by less than 16 MiB over two 1 KiB ones. Then checks
 # with DBSIZE that the key patterns and seeds choose the keys they promise,
 # and that bad options exit 2. Then, when rcp-bench has TLS, a TLS-only
 # 3-master cluster (certificates made by tests/scripts/tls-certs.sh): rcpipe
@@ -112,6 +116,21 @@ check(d["stream"] == ("--stream" in args), f"stream {d['stream']}")
 if "--big-thread" in args:
     bt = d["big_thread"]
     check(bt is not None and bt["ops"] > 0 and bt["value_bytes"] > 0, f"big_thread {bt}")
+    if "--big-rate" in args:
+        # --big-rate MBPS: a request starts only once the bytes before it fit
+        # the rate, so the run moves at most MBPS x its time plus one value
+        # (5% for the clock); and the cap must not starve the thread either.
+        a = args.split()
+        cap = float(a[a.index("--big-rate") + 1]) * 1e6
+        check(bt["rate_cap_bytes_per_sec"] == cap, f"rate_cap_bytes_per_sec {bt}")
+        limit = cap * 1.05 + bt["size"] / d["test_time_s"]
+        check(bt["bytes_per_sec"] <= limit,
+              f"big thread at {bt['bytes_per_sec']:.0f} B/s, over its cap {cap:.0f} "
+              f"(limit {limit:.0f} with one value)")
+        check(bt["bytes_per_sec"] >= cap * 0.3,
+              f"big thread at {bt['bytes_per_sec']:.0f} B/s, far under its cap {cap:.0f}")
+    else:
+        check(bt["rate_cap_bytes_per_sec"] is None, "rate_cap_bytes_per_sec without --big-rate")
 else:
     check(d["big_thread"] is None, "big_thread without --big-thread")
 check(d["ops"] > 0, "no request completed")
@@ -174,6 +193,70 @@ done
 run "cluster mode forced" sync -s "$seed" --cluster-mode --key-pattern G
 run "big thread rcpipe" sync -s "$seed" --big-thread 262144 --ratio 1:3 --stream
 run "big thread classic" sync -s "$single" --big-thread 262144 --ratio 0:1 --client classic
+run "big thread held to a rate" sync -s "$seed" --big-thread 1048576 --big-rate 8 --ratio 0:1 \
+    --stream --test-time 1.5
+run "big thread classic held" sync -s "$single" --big-thread 1048576 --big-rate 8 --ratio 0:1 \
+    --client classic --test-time 1.5
+
+# --stream SETs send their value from a generating source: what the server
+# stored must be the pattern a plain SET sends ("0123...xyz" repeated), at
+# a length that is no multiple of 36 and takes several 64 KiB chunks; and
+# a 32 MiB value must not cost the bench 32 MiB (no copy of it anywhere).
+check_values() { # PORT PREFIX SIZE KEYS [redis-cli options...]
+    local port=$1 prefix=$2 size=$3 n=$4 i
+    shift 4
+    for i in $(seq 0 $((n - 1))); do
+        "$REDIS_CLI" -h 127.0.0.1 -p "$port" "$@" GET "$prefix$i" >"$tmp/value" ||
+            fail "GET $prefix$i"
+        python3 - "$tmp/value" "$size" <<'PY' || fail "streamed SET: $prefix$i holds other bytes than the pattern"
+import sys
+path, size = sys.argv[1], int(sys.argv[2])
+got = open(path, "rb").read()
+want = (b"0123456789abcdefghijklmnopqrstuvwxyz" * (size // 36 + 1))[:size] + b"\n"
+if got != want:
+    sys.exit(f"smoke: {len(got) - 1} bytes read back, {size} sent; first difference at "
+             f"{next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))}")
+PY
+    done
+}
+streamed_sets() { # NAME JSON rcp-bench options...: SETs only, every key written
+    local name=$1 json=$2
+    shift 2
+    "$BENCH" --ratio 1:0 --key-pattern S --stream --json-out-file "$json" "$@" \
+        >"$tmp/ss.txt" 2>&1 || fail "$name: exit status ($(tail -2 "$tmp/ss.txt"))"
+    python3 - "$json" "$name" <<'PY' || fail "$name: JSON check"
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d["sets"]
+if not (d["stream"] and d["errors"] == 0 and s["ops"] > 0 and
+        d["value_bytes"] == s["ops"] * d["data_size"]):
+    sys.exit(f"smoke: {sys.argv[2]}: stream {d['stream']}, errors {d['errors']}, "
+             f"{s['ops']} SETs, value_bytes {d['value_bytes']}")
+PY
+}
+size=200003
+streamed_sets "streamed SETs sync (single)" "$tmp/ss1.json" -s "$single" -t 1 -n 5 -d "$size" \
+    --key-minimum 0 --key-maximum 4 --key-prefix ssync-
+check_values "$node_port" ssync- "$size" 5
+streamed_sets "streamed SETs async (cluster)" "$tmp/ss2.json" -s "$seed" -t 2 -n 10 -d "$size" \
+    --key-minimum 0 --key-maximum 19 --key-prefix sasync- --async-depth 4
+check_values "${seed##*:}" sasync- "$size" 20 -c
+# The peak against the same run with 1 KiB values: the process's own
+# memory (a sanitizer's runtime: TSan's alone is near 20 MiB) cancels out.
+big=$((32 * 1024 * 1024))
+streamed_sets "streamed 1 KiB SETs" "$tmp/ss0.json" -s "$single" -t 1 -n 2 -d 1024 \
+    --key-minimum 0 --key-maximum 0 --key-prefix sbig-
+streamed_sets "streamed 32 MiB SETs" "$tmp/ss3.json" -s "$single" -t 1 -n 2 -d "$big" \
+    --key-minimum 0 --key-maximum 0 --key-prefix sbig-
+check_values "$node_port" sbig- "$big" 1
+python3 - "$tmp/ss0.json" "$tmp/ss3.json" <<'PY' || fail "streamed 32 MiB SETs held the value"
+import json, sys
+small, big = (json.load(open(p))["peak_rss_kb"] for p in sys.argv[1:3])
+if big - small >= 16 * 1024:
+    sys.exit(f"smoke: two streamed 32 MiB SETs: peak RSS {big} KiB, {big - small} KiB more "
+             f"than with 1 KiB values (>= 16 MiB)")
+PY
+"$REDIS_CLI" -h 127.0.0.1 -p "$node_port" DEL sbig-0 >/dev/null
 # The client cache (rcpipe, cluster, sync): GETs of ~100 hot keys, preloaded,
 # must be served from it; a writer on its own handle SETs the same keys.
 # Longer than the others: tracking is armed a few ms after the first read.
@@ -229,6 +312,9 @@ bad --stream --client classic
 bad --big-thread 1024 -t 1
 bad --big-thread 1024 --async-depth 4
 bad --big-thread 0
+bad --big-rate 10
+bad --big-thread 1024 --big-rate 0
+bad --big-thread 1024 --big-rate fast
 bad --rate-limiting 0
 bad --rate-limiting 100 --pipeline 4
 bad --key-stddev 0

@@ -243,7 +243,7 @@ static int cfut_submit(rcp__cfut *cf, int first)
         /* The deadline as it is kept, in ns: no conversion per attempt. */
         if (cf->rq.src)
             rv = rcp__conn_send_raw_source(conn, &cf->inner, cf->rq.buf, cf->rq.len,
-                                           cf->rq.deadline, cf->rq.src);
+                                           cf->rq.asking, cf->rq.deadline, cf->rq.src);
         else
             rv = rcp__conn_send_raw_sink(conn, &cf->inner, cf->rq.buf, cf->rq.len,
                                          cf->rq.asking, cf->rq.deadline, cf->rq.sink);

@@ -17,11 +17,12 @@
  *   - written, then the connection failed: resend only a read-only
  *     command; a write may have been applied and is never sent twice, a
  *     streamed read may have given part of its value to its sink;
- *   - a streamed write (rq->src) is sent again only when not a byte of
- *     its source was pulled (not sent, no connection): the source may not
- *     be readable twice. Every answer of a server came after the whole
- *     value, so a MOVED or ASK is recorded (the map learns) but handed
- *     to the caller, and TRYAGAIN and the like too;
+ *   - a streamed write (rq->src): every answer of a server came after
+ *     the whole value. A replayable source (rcp__source_replayable) is
+ *     pulled again from byte 0 for a MOVED, ASK, TRYAGAIN and the like,
+ *     as any request is sent again; any other is sent again only when not
+ *     a byte of it was pulled (not sent, no connection), and those
+ *     answers are recorded (the map learns) but handed to the caller;
  *   - anything else: the caller's answer. */
 #include <stdio.h>
 
@@ -112,7 +113,7 @@ int rcp__retry_decide(struct rcp_cluster *cl, rcp__req *rq, rcp__node *asked, co
         if (asked)
             rcp__stat_add(rd.kind == RCP__RD_MOVED ? &asked->moved : &asked->ask, 1);
         rcp__cluster_refresh_soon(cl);
-        if (rq->src)
+        if (rq->src && !rcp__source_replayable(rq->src))
             return RCP__ACT_DONE; /* the value was pulled: the server's answer as is */
         rq->target = to;
         rq->asking = rd.kind == RCP__RD_ASK;
@@ -123,7 +124,7 @@ int rcp__retry_decide(struct rcp_cluster *cl, rcp__req *rq, rcp__node *asked, co
     case RCP__RD_LOADING:
     case RCP__RD_MASTERDOWN:
     case RCP__RD_READONLY:
-        if (rq->src || ++rq->retries > cl->opt.max_retries)
+        if ((rq->src && !rcp__source_replayable(rq->src)) || ++rq->retries > cl->opt.max_retries)
             return RCP__ACT_DONE; /* the server's own error, as is */
         if (rd.kind == RCP__RD_TRYAGAIN)
             rcp__stat_add(&cl->st.tryagain, 1);

@@ -53,7 +53,7 @@ static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
             r = rcp__reply_error_new(code, "no connection to the slot's node");
         } else {
             if (rq->src)
-                r = rcp__conn_command_raw_source(conn, rq->buf, rq->len,
+                r = rcp__conn_command_raw_source(conn, rq->buf, rq->len, rq->asking,
                                                  rcp__req_remaining_ms(rq), rq->src);
             else
                 r = rcp__conn_command_raw_sink(conn, rq->buf, rq->len, rq->asking,

@@ -554,8 +554,6 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
     }
     if (n + (asking ? 1 : 0) > c->opt.max_inflight)
         return RCP_ERR_TOO_LARGE;
-    if (sources && asking)
-        return RCP_ERR_INVALID; /* not built: a source request is never glued (conn_io.c expire) */
     pthread_mutex_lock(&c->mu);
     rv = wait_room(c, total, (unsigned)(n + (asking ? 1 : 0)), deadline);
     if (rv != RCP_OK) {
@@ -817,19 +815,19 @@ int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, 
 }
 
 int rcp__conn_send_raw_source(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
-                              uint64_t deadline, const rcp_source *src)
+                              int asking, uint64_t deadline, const rcp_source *src)
 {
-    return send_raw_one(c, f, raw, len, 0, deadline, NULL, src);
+    return send_raw_one(c, f, raw, len, asking, deadline, NULL, src);
 }
 
 rcp_reply *rcp__conn_command_raw_source(struct rcp_conn *c, const char *raw, size_t len,
-                                        int timeout_ms, const rcp_source *src)
+                                        int asking, int timeout_ms, const rcp_source *src)
 {
     rcp_reply *r;
     if (rcp__loop_on_thread())
         return on_loop_refusal();
     call_enter(c);
-    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, 0, timeout_ms, NULL, src);
+    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, asking, timeout_ms, NULL, src);
     call_leave(c);
     return r;
 }

@@ -99,6 +99,8 @@ typedef struct rcp__source_state {
     int last;             /* the chunk in buf ends the value (its CRLF appended) */
     char *buf;            /* the chunk being written (allocated once, kept) */
     size_t blen, boff;
+    int sendfile;         /* -1: not decided yet; 1: sendfile (an fd on a file, plain
+                           * text); 0: chunks through buf */
     char why[256];        /* how the source failed, for its request's RCP_ERR_IO */
 } rcp__source_state;
 
@@ -220,7 +222,7 @@ struct rcp_conn {
         _Atomic uint64_t requests, replies, batches, commands_written, write_calls,
             read_calls, bytes_out, bytes_in, timeouts, late_replies, reconnects,
             disconnects, fast_path, futex_wakes, loop_wakes, caller_writes, leads,
-            caller_replies, loop_leads, corked;
+            caller_replies, loop_leads, corked, sendfile_bytes;
     } st;
 };
 

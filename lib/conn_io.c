@@ -57,12 +57,14 @@ static void expire(struct rcp_conn *c, uint64_t now)
             continue;
         if (s->deadline <= now && s->src && i >= c->taken) {
             /* A source not started: take it out of the queue, or its
-             * source would be read after its future resolved (a source
-             * request never has an ASKING glued to it). The later slots
-             * move down to i: look at i again. */
+             * source would be read after its future resolved; with the
+             * ASKING glued to it, which is never taken without it
+             * (rcp__conn_take_flush). The later slots move down: look
+             * at the first of those cut again. */
+            uint64_t from = s->flags & RCP__SLOT_GLUED ? i - 1 : i;
             c->scratch[n++] = s->f;
-            rcp__conn_cut_pending(c, i, i + 1);
-            i--;
+            rcp__conn_cut_pending(c, from, i + 1);
+            i = from - 1;
             continue;
         }
         if (s->deadline <= now && c->so.on && i == c->so.idx) {
@@ -112,6 +114,23 @@ int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit, int sources)
         size_t l = s->len;
         if ((s->src && !sources) || (n && bytes + l > c->opt.max_batch_bytes))
             break;
+        if (i + 1 < c->tail && c->ring[(i + 1) & c->mask].src &&
+            (c->ring[(i + 1) & c->mask].flags & RCP__SLOT_GLUED)) {
+            /* An ASKING and the source request glued to it go in one
+             * flush: an ASKING written alone would leave the source
+             * request cut out by a deadline or a cancel (pending), and
+             * the ASKING then applying to whatever came next. */
+            size_t l2 = c->ring[(i + 1) & c->mask].len;
+            if (!sources || i + 2 > limit ||
+                (n && (bytes + l + l2 > c->opt.max_batch_bytes ||
+                       n + 2 > c->opt.max_batch_commands)))
+                break;
+            bytes += l + l2;
+            i += 2;
+            n += 2;
+            src = c->ring[(i - 1) & c->mask].src;
+            break;
+        }
         bytes += l;
         i++;
         n++;
@@ -597,6 +616,9 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
             return UINT64_MAX;
         if (now >= c->reconnect_at) {
             rcp__conn_start_connect(c);
+            /* It set the connect deadline: the queued requests' own
+             * deadlines (next) still count. */
+            conn_set_timer(c, next);
             return next_timer(c);
         }
         if (c->reconnect_at < next)

@@ -30,6 +30,7 @@ int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *o)
     S(caller_replies);
     S(loop_leads);
     S(corked);
+    S(sendfile_bytes);
 #undef S
     return RCP_OK;
 }
@@ -59,5 +60,6 @@ void rcp_conn_stats_add(rcp_conn_stats *sum, const rcp_conn_stats *add)
     A(caller_replies);
     A(loop_leads);
     A(corked);
+    A(sendfile_bytes);
 #undef A
 }

@@ -176,6 +176,9 @@ int rcp__sink_check(const rcp_sink *sink);
 /* RCP_OK if the source is one a request can stream its last argument
  * from (rcpipe/conn.h, rcp_source), else RCP_ERR_INVALID. */
 int rcp__source_check(const rcp_source *src);
+/* 1 if a checked source can be pulled again from byte 0 (rcpipe/conn.h,
+ * RCP_SOURCE_REPLAYABLE; an fd on a regular file or block device). */
+int rcp__source_replayable(const rcp_source *src);
 /* rcp__conn_send_raw_until whose reply streams to sink (NULL: an ordinary
  * request). The sink MUST stay valid until f is resolved. A bulk reply
  * resolves f with its length (an integer reply) or RCP_ERR_SINK; any
@@ -187,10 +190,10 @@ int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, 
  * streams from src (conn_source.c). The source MUST stay valid until f
  * is resolved. RCP_ERR_NOT_SENT on f means no byte of it was pulled. */
 int rcp__conn_send_raw_source(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
-                              uint64_t deadline, const rcp_source *src);
+                              int asking, uint64_t deadline, const rcp_source *src);
 /* rcp__conn_command_raw of such a head and source (as above). */
 rcp_reply *rcp__conn_command_raw_source(struct rcp_conn *c, const char *raw, size_t len,
-                                        int timeout_ms, const rcp_source *src);
+                                        int asking, int timeout_ms, const rcp_source *src);
 /* rcp__conn_command_raw whose reply streams to sink (as above). */
 rcp_reply *rcp__conn_command_raw_sink(struct rcp_conn *c, const char *raw, size_t len, int asking,
                                       int timeout_ms, const rcp_sink *sink);

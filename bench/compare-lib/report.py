@@ -5,6 +5,7 @@
   report.py report OUT                        markdown report on stdout; plot
                                               data files written into OUT
   report.py write-docs OUT PERF_MD            replace the compare block
+  report.py forty OUT                         step 12's section on stdout
 
 OUT/runs.tsv has one line per run: step, group, variant, rep, status,
 base path (BASE.json, BASE.txt, ...), command."""
@@ -723,7 +724,7 @@ def report(out):
         p.append(STEP8_TEXT)
         p.append(commands(runs, 8, 4) + "\n")
         p.append(t8 + "\n")
-    if any(r["step"] in "12345" for r in runs):
+    if any(r["step"] in ("1", "2", "3", "4", "5") for r in runs):
         p.append("### Targets\n")
         p.append(targets(runs, s5) + "\n")
     return "\n".join(p)
@@ -748,6 +749,9 @@ def main(argv):
         print("None" if v is None else f"{v:.3f}")
     elif len(argv) == 3 and argv[1] == "report":
         print(report(argv[2]))
+    elif len(argv) == 3 and argv[1] == "forty":
+        import forty  # step 12's section (compare-lib/forty.py)
+        print(forty.report(argv[2]))
     elif len(argv) == 4 and argv[1] == "write-docs":
         write_docs(argv[2], argv[3])
     else:

@@ -154,12 +154,16 @@ RCP_API rcp_reply *rcp_cluster_command_argv_sink(rcp_cluster *c, int argc, const
 /* Streaming writes (rcp_source, rcpipe/conn.h; docs/large-values.md): as
  * rcp_cluster_send_argv / rcp_cluster_command_argv with one argument more,
  * the last, pulled from src as the socket accepts it. Routing uses the
- * keys among argv (the source is never a key). A source request is sent
- * again only when not a byte of it was pulled (the connection was down,
- * or lost before its upload started): the source may not be readable
- * twice. So a MOVED, ASK or TRYAGAIN answer (which comes after the whole
- * value) is recorded in the slot map but handed to the caller as the
- * server's error, and a connection lost mid-upload gives RCP_ERR_IO.
+ * keys among argv (the source is never a key). A MOVED, ASK or TRYAGAIN
+ * answer comes after the whole value: a replayable source (an fd on a
+ * regular file, or RCP_SOURCE_REPLAYABLE) is then pulled again from byte
+ * 0 and uploaded where the answer says (with ASKING for an ASK), as any
+ * request is redirected; any other source is sent again only when not a
+ * byte of it was pulled (the connection was down, or lost before its
+ * upload started), and such an answer is recorded in the slot map but
+ * handed to the caller as the server's error. A connection lost
+ * mid-upload gives RCP_ERR_IO (a write is never sent twice once it may
+ * have been applied).
  * Only a command that is one request to one node (RCP_ERR_UNSUPPORTED
  * otherwise); RCP_ERR_INVALID for a NULL or malformed source. */
 RCP_API int rcp_cluster_send_argv_source(rcp_cluster *c, rcp_future *f, int argc,

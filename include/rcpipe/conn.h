@@ -280,11 +280,13 @@ typedef enum rcp_source_kind {
     RCP_SOURCE_CALLBACK = 1, /* fn(ud, buf, cap, offset) fills buf with up to cap bytes of
                               * the value from offset and returns how many (> 0); 0 or < 0
                               * before len bytes fails the request (see above). Offsets
-                              * come in order, from 0 */
+                              * come in order, from 0 (from 0 again for a second attempt
+                              * of a RCP_SOURCE_REPLAYABLE source) */
     RCP_SOURCE_FD = 2        /* len bytes of fd from offset, read with pread() (read()
                               * for a pipe or socket, which must then be at the value's
-                              * start: offset is ignored). The fd is not closed, and its
-                              * file position is not moved by pread */
+                              * start: offset is ignored); a regular file goes with
+                              * sendfile() in plain text. The fd is not closed, and its
+                              * file position is not moved */
 } rcp_source_kind;
 
 typedef ssize_t (*rcp_source_fn)(void *ud, char *buf, size_t cap, uint64_t offset);
@@ -300,7 +302,19 @@ typedef struct rcp_source {
     void *ud;         /* RCP_SOURCE_CALLBACK: fn's first argument */
     int fd;           /* RCP_SOURCE_FD */
     off_t offset;     /* RCP_SOURCE_FD: where the value starts in fd */
+    unsigned flags;   /* RCP_SOURCE_REPLAYABLE, or 0 */
 } rcp_source;
+
+/* rcp_source.flags. RCP_SOURCE_REPLAYABLE: the value can be pulled again
+ * from byte 0 (fn is called with the offsets again, from 0, and must give
+ * the same bytes). The cluster handle then follows a MOVED or ASK answer,
+ * and retries TRYAGAIN and the like, for a streamed write as for any
+ * other request, uploading the value again to the node that owns the
+ * slot; without it, those answers (which come after the whole value) are
+ * handed to the caller. An RCP_SOURCE_FD on a file pread() can read (a
+ * regular file or a block device) is replayable whatever the flag says;
+ * one on a pipe or socket never is. */
+enum { RCP_SOURCE_REPLAYABLE = 1 };
 
 /* rcp_conn_send_argv with one more argument, the last, from a source (see
  * above). Errors as rcp_conn_send_argv, and RCP_ERR_INVALID for a NULL or
@@ -344,6 +358,8 @@ typedef struct rcp_conn_stats {
                               * of them instead of reading for them */
     uint64_t corked;         /* sends that waited for the first reply byte of the write in
                               * flight instead of waking the loop (option cork) */
+    uint64_t sendfile_bytes; /* of bytes_out, value bytes an fd source on a file sent with
+                              * sendfile(), not copied through the library (plain text) */
 } rcp_conn_stats;
 
 RCP_API int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *out);

@@ -288,31 +288,51 @@ START_TEST(test_big_set_goes_to_pool)
 }
 END_TEST
 
-/* Moves slot (and its keys) from its owner to another master by hand,
- * telling every master. Returns the new owner's port. */
-static int move_slot(unsigned slot)
-{
+/* A slot being moved by hand from its owner (si) to another master (di). */
+struct migration {
     rcpc_topo t;
-    int si, di = -1, i;
+    unsigned slot;
+    int si, di;
     redisContext *cs, *cd;
+};
+
+/* Marks slot MIGRATING on its owner and IMPORTING on another master: from
+ * then on the owner answers ASK for a key it does not hold. */
+static void begin_migration(struct migration *m, unsigned slot)
+{
+    redisReply *r;
+    int i;
+
+    m->slot = slot;
+    m->di = -1;
+    ck_assert(rcpc_topology_any(&cl, &m->t) == 0);
+    m->si = rcpc_slot_owner(&m->t, slot);
+    ck_assert(m->si >= 0);
+    for (i = 0; i < m->t.n; i++)
+        if (m->t.node[i].is_master && i != m->si && !m->t.node[i].failed)
+            m->di = i;
+    ck_assert(m->di >= 0);
+    m->cs = rcpc_connect(m->t.node[m->si].port);
+    m->cd = rcpc_connect(m->t.node[m->di].port);
+    ck_assert(m->cs && m->cd);
+    r = redisCommand(m->cd, "CLUSTER SETSLOT %u IMPORTING %s", slot, m->t.node[m->si].id);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(m->cs, "CLUSTER SETSLOT %u MIGRATING %s", slot, m->t.node[m->di].id);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+}
+
+/* Moves the slot's keys over and gives the slot to the new owner, telling
+ * every master. Returns the new owner's port. */
+static int finish_migration(struct migration *m)
+{
+    rcpc_topo t = m->t;
+    int si = m->si, di = m->di, i;
+    unsigned slot = m->slot;
+    redisContext *cs = m->cs, *cd = m->cd;
     redisReply *r;
 
-    ck_assert(rcpc_topology_any(&cl, &t) == 0);
-    si = rcpc_slot_owner(&t, slot);
-    ck_assert(si >= 0);
-    for (i = 0; i < t.n; i++)
-        if (t.node[i].is_master && i != si && !t.node[i].failed)
-            di = i;
-    ck_assert(di >= 0);
-    cs = rcpc_connect(t.node[si].port);
-    cd = rcpc_connect(t.node[di].port);
-    ck_assert(cs && cd);
-    r = redisCommand(cd, "CLUSTER SETSLOT %u IMPORTING %s", slot, t.node[si].id);
-    ck_assert(r && r->type == REDIS_REPLY_STATUS);
-    freeReplyObject(r);
-    r = redisCommand(cs, "CLUSTER SETSLOT %u MIGRATING %s", slot, t.node[di].id);
-    ck_assert(r && r->type == REDIS_REPLY_STATUS);
-    freeReplyObject(r);
     for (;;) {
         redisReply *keys = redisCommand(cs, "CLUSTER GETKEYSINSLOT %u 100", slot);
         ck_assert(keys && keys->type == REDIS_REPLY_ARRAY);
@@ -346,6 +366,15 @@ static int move_slot(unsigned slot)
     return t.node[di].port;
 }
 
+/* Moves slot (and its keys) from its owner to another master by hand,
+ * telling every master. Returns the new owner's port. */
+static int move_slot(unsigned slot)
+{
+    struct migration m;
+    begin_migration(&m, slot);
+    return finish_migration(&m);
+}
+
 START_TEST(test_bulk_follows_moved)
 {
     rcp_cluster *h = open_pool(2, 1);
@@ -368,6 +397,191 @@ START_TEST(test_bulk_follows_moved)
                   (unsigned long long)(b.moved - a.moved));
     /* Each request: its stale attempt and its redirected one, both bulk. */
     ck_assert_uint_ge(b.bulk_requests - a.bulk_requests, 4);
+    free(v);
+    rcp_cluster_close(h);
+}
+END_TEST
+
+/* A streamed value, generated from its offset: pulled again from byte 0
+ * when the handle replays it. */
+struct gen_source {
+    rcp_source s;
+    atomic_int starts; /* calls at offset 0: one per upload */
+};
+
+static ssize_t gen_fn(void *ud, char *buf, size_t cap, uint64_t off)
+{
+    struct gen_source *g = ud;
+    if (off == 0)
+        atomic_fetch_add(&g->starts, 1);
+    for (size_t i = 0; i < cap; i++)
+        buf[i] = (char)pat(off + i);
+    return (ssize_t)cap;
+}
+
+static void gen_init(struct gen_source *g, size_t len, unsigned flags)
+{
+    memset(g, 0, sizeof *g);
+    g->s.kind = RCP_SOURCE_CALLBACK;
+    g->s.len = len;
+    g->s.fn = gen_fn;
+    g->s.ud = g;
+    g->s.flags = flags;
+}
+
+struct src_wait {
+    rcp_future f;
+    rcp_waitgroup *wg;
+    rcp_reply *r;
+};
+
+static void src_wait_done(rcp_future *f, rcp_reply *r)
+{
+    struct src_wait *w = (struct src_wait *)f;
+    w->r = rcp_reply_keep(r); /* r is valid only during the call */
+    rcp_waitgroup_done(w->wg);
+}
+
+/* A SET of key from src, sync or async; the reply. */
+static rcp_reply *set_source(rcp_cluster *h, const char *key, const rcp_source *src, int async)
+{
+    const char *argv[2] = {"SET", key};
+    struct src_wait w;
+    if (!async)
+        return rcp_cluster_command_argv_source(h, 2, argv, NULL, src);
+    memset(&w, 0, sizeof w);
+    w.f.resolve = src_wait_done;
+    w.wg = rcp_waitgroup_new();
+    ck_assert(w.wg != NULL);
+    rcp_waitgroup_add(w.wg, 1);
+    ck_assert_int_eq(rcp_cluster_send_argv_source(h, &w.f, 2, argv, NULL, src), RCP_OK);
+    ck_assert_int_eq(rcp_waitgroup_wait(w.wg, rcptest_scale(30000)), RCP_OK);
+    rcp_waitgroup_free(w.wg);
+    return w.r;
+}
+
+static void del_key(rcp_cluster *h, const char *key)
+{
+    const char *argv[2] = {"DEL", key};
+    rcp_reply *r = rcp_cluster_command_argv(h, 2, argv, NULL);
+    ck_assert(r->type == RCP_REPLY_INTEGER);
+    rcp_reply_free(r);
+}
+
+static void expect_ok(rcp_reply *r, const char *what)
+{
+    char d[256];
+    ck_assert_msg(rcpc_is_status(r, "OK"), "%s: %s", what, rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+}
+
+/* On a handle whose map is stale, streamed SETs to a slot just moved by
+ * hand: a replayable source (a callback with RCP_SOURCE_REPLAYABLE, an fd
+ * on a regular file) is uploaded again to the new owner after the MOVED,
+ * sync and async; a source that is not replayable gets the MOVED as the
+ * server's error, pulled once, and the map has learnt the new owner. */
+START_TEST(test_source_follows_moved)
+{
+    rcp_cluster *h = open_pool(2, 1);
+    char *v = pattern_value(SET_LEN), key[64], d[256], path[] = "/tmp/rcp-src-XXXXXX";
+    struct gen_source g;
+    rcp_cluster_stats a, b;
+    rcp_source fs;
+    unsigned slot = 4321;
+    int fd;
+
+    snprintf(key, sizeof key, "%ssrc", rcpc_slot_tag(slot));
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &a), RCP_OK);
+    for (int async = 0; async <= 1; async++) {
+        move_slot(slot);
+        gen_init(&g, SET_LEN, RCP_SOURCE_REPLAYABLE);
+        expect_ok(set_source(h, key, &g.s, async), async ? "replayed async" : "replayed sync");
+        ck_assert_int_eq(atomic_load(&g.starts), 2); /* the stale owner's upload, then the new */
+        stream_get_check(h, key, v, SET_LEN, "after a replayed SET");
+    }
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &b), RCP_OK);
+    ck_assert_uint_ge(b.moved - a.moved, 2);
+
+    /* Not replayable: the server's MOVED, the value pulled once. */
+    move_slot(slot);
+    gen_init(&g, SET_LEN, 0);
+    {
+        rcp_reply *r = set_source(h, key, &g.s, 0);
+        ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_SERVER &&
+                          strncmp(r->str, "MOVED ", 6) == 0,
+                      "not replayable: %s", rcptest_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+    }
+    ck_assert_int_eq(atomic_load(&g.starts), 1);
+    gen_init(&g, SET_LEN, 0); /* the map learnt: straight to the owner */
+    expect_ok(set_source(h, key, &g.s, 1), "not replayable, after the map learnt");
+    ck_assert_int_eq(atomic_load(&g.starts), 1);
+
+    /* An fd on a regular file: pread from its offset again, no flag. */
+    fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    unlink(path);
+    ck_assert(write(fd, "xyz", 3) == 3);
+    ck_assert(write(fd, v, SET_LEN) == (ssize_t)SET_LEN);
+    memset(&fs, 0, sizeof fs);
+    fs.kind = RCP_SOURCE_FD;
+    fs.fd = fd;
+    fs.offset = 3;
+    fs.len = SET_LEN;
+    del_key(h, key);
+    move_slot(slot);
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &a), RCP_OK);
+    expect_ok(set_source(h, key, &fs, 0), "fd source");
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &b), RCP_OK);
+    ck_assert_uint_eq(b.moved - a.moved, 1);
+    stream_get_check(h, key, v, SET_LEN, "after a replayed fd SET");
+    close(fd);
+    free(v);
+    rcp_cluster_close(h);
+}
+END_TEST
+
+/* A slot in migration: its owner answers ASK for keys it does not hold.
+ * A replayable streamed SET of such a key is uploaded again to the
+ * importing node with ASKING glued before it (without ASKING the
+ * importing node would answer MOVED back), sync and async; the keys are
+ * on the importing node, and readable through the handle once the
+ * migration ends. */
+START_TEST(test_source_follows_ask)
+{
+    rcp_cluster *h = open_pool(2, 1);
+    char *v = pattern_value(SET_LEN), key[2][64];
+    struct gen_source g;
+    struct migration m;
+    rcp_cluster_stats a, b;
+    unsigned slot = 777;
+
+    for (int i = 0; i < 2; i++) {
+        snprintf(key[i], sizeof key[i], "%sask%d", rcpc_slot_tag(slot), i);
+        del_key(h, key[i]); /* absent from the owner: it answers ASK */
+    }
+    begin_migration(&m, slot);
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &a), RCP_OK);
+    for (int async = 0; async <= 1; async++) {
+        gen_init(&g, SET_LEN, RCP_SOURCE_REPLAYABLE);
+        expect_ok(set_source(h, key[async], &g.s, async), async ? "ASK async" : "ASK sync");
+        ck_assert_int_eq(atomic_load(&g.starts), 2);
+    }
+    ck_assert_int_eq(rcp_cluster_get_stats(h, &b), RCP_OK);
+    ck_assert_uint_eq(b.ask - a.ask, 2);
+    ck_assert_uint_eq(b.moved - a.moved, 0);
+    /* They are on the importing node (asked there directly, with ASKING). */
+    for (int i = 0; i < 2; i++) {
+        redisReply *r;
+        freeReplyObject(redisCommand(m.cd, "ASKING"));
+        r = redisCommand(m.cd, "STRLEN %s", key[i]);
+        ck_assert(r && r->type == REDIS_REPLY_INTEGER);
+        ck_assert_int_eq(r->integer, SET_LEN);
+        freeReplyObject(r);
+    }
+    finish_migration(&m);
+    for (int i = 0; i < 2; i++)
+        stream_get_check(h, key[i], v, SET_LEN, "after the migration");
     free(v);
     rcp_cluster_close(h);
 }
@@ -556,7 +770,7 @@ static void add_tests(TCase *tc)
     RCPTEST_ADD(tc, test_options, test_big_set_goes_to_pool, test_concurrent_pool,
                 test_source_on_new_bulk_conn, test_small_beside_stalled_stream,
                 test_stalled_stream_blocks_without_pool, test_replica_reads_readonly,
-                test_bulk_follows_moved);
+                test_bulk_follows_moved, test_source_follows_moved, test_source_follows_ask);
 }
 
 int main(void)

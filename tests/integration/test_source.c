@@ -254,12 +254,66 @@ START_TEST(callback_64mib_bounded_memory)
 }
 END_TEST
 
+/* A pipe: read() from where it is, never sendfile. */
+struct pipe_writer {
+    int fd;
+    size_t n;
+};
+
+static void *pipe_writer_main(void *arg)
+{
+    struct pipe_writer *w = arg;
+    char chunk[4096];
+    size_t off = 0;
+    while (off < w->n) {
+        size_t k = w->n - off < sizeof chunk ? w->n - off : sizeof chunk;
+        for (size_t i = 0; i < k; i++)
+            chunk[i] = (char)rcpt_pattern(off + i, 11);
+        if (write(w->fd, chunk, k) != (ssize_t)k)
+            break;
+        off += k;
+    }
+    close(w->fd);
+    return NULL;
+}
+
+START_TEST(fd_source_pipe)
+{
+    const size_t n = 300 * 1024 + 1;
+    struct pipe_writer w;
+    pthread_t th;
+    rcp_conn_stats a, b;
+    rcp_source s;
+    rcp_reply *r;
+    char d[256];
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    w.fd = p[1];
+    w.n = n;
+    ck_assert_int_eq(pthread_create(&th, NULL, pipe_writer_main, &w), 0);
+    memset(&s, 0, sizeof s);
+    s.kind = RCP_SOURCE_FD;
+    s.fd = p[0];
+    s.len = n;
+    ck_assert_int_eq(rcp_conn_get_stats(conn, &a), RCP_OK);
+    r = set_source("src:pipe", &s);
+    ck_assert_msg(rcpt_is_status(r, "OK"), "%s", rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_int_eq(rcp_conn_get_stats(conn, &b), RCP_OK);
+    ck_assert_uint_eq(b.sendfile_bytes, a.sendfile_bytes);
+    pthread_join(th, NULL);
+    close(p[0]);
+    ck_assert(value_is("src:pipe", n, 11));
+}
+END_TEST
+
 START_TEST(fd_source_at_offset)
 {
     const size_t n = 2 * MIB + 5, skip = 1000;
     char path[] = "/tmp/rcp-source-XXXXXX";
     static char buf[2 * MIB + 5];
     char d[256];
+    rcp_conn_stats a, b;
     rcp_source s;
     rcp_reply *r;
     int fd = mkstemp(path);
@@ -276,9 +330,13 @@ START_TEST(fd_source_at_offset)
     s.fd = fd;
     s.offset = (off_t)skip;
     s.len = n;
+    ck_assert_int_eq(rcp_conn_get_stats(conn, &a), RCP_OK);
     r = set_source("src:file", &s);
     ck_assert_msg(rcpt_is_status(r, "OK"), "%s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
+    ck_assert_int_eq(rcp_conn_get_stats(conn, &b), RCP_OK);
+    /* A file in plain text: the value went with sendfile, all of it. */
+    ck_assert_uint_eq(b.sendfile_bytes - a.sendfile_bytes, n);
     ck_assert(value_is("src:file", n, 9));
 
     /* A file shorter than announced: the source ends early. */
@@ -466,7 +524,7 @@ static void add_tests(TCase *tc)
 {
     tcase_add_checked_fixture(tc, setup, teardown);
     RCPTEST_ADD(tc, callback_sizes, callback_64mib_bounded_memory, fd_source_at_offset,
-                short_source_drops_connection, invalid_sources_refused,
+                fd_source_pipe, short_source_drops_connection, invalid_sources_refused,
                 threads_mixed_order_kept);
 }
 

@@ -307,10 +307,62 @@ START_TEST(short_deadline_behind_lone_caller)
 }
 END_TEST
 
+/* A node that holds the connection's handshake (CLIENT SETNAME) with a
+ * request queued behind it, which rang the loop: a request sent then with
+ * a short deadline times out at that deadline, not when the handshake
+ * ends (the loop, rung once for the queue, must be rung again for a
+ * sooner deadline). */
+START_TEST(short_deadline_behind_handshake)
+{
+    sim_node *n = sim_new(NULL);
+    rcp_conn_options o;
+    rcp_conn *c = NULL;
+    sim_fut a, b;
+    char err[512] = "";
+    uint64_t t0, took_ms;
+    ck_assert_ptr_nonnull(n);
+    /* The open's handshake is answered; the node then closes the
+     * connection and holds the next one's. */
+    sim_loadf(n, "on x1 CLIENT SETNAME ** => send \"+OK\\r\\n\"\naccept\n");
+    rcp_conn_options_init(&o);
+    o.port = sim_port(n);
+    o.client_name = "t";
+    o.connect_timeout_ms = rcptest_scale(6000);
+    o.request_timeout_ms = rcptest_scale(6000);
+    o.io_timeout_ms = 0;
+    o.reconnect_min_ms = 5;
+    o.reconnect_max_ms = 20;
+    ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "%s", err);
+    sim_loadf(n, "close\nexpect CLIENT SETNAME **\n");
+    ck_assert_int_eq(sim_wait(n, rcptest_scale(2000)), 0); /* the handshake is held */
+    sim_fut_init(&a, -1);
+    ck_assert_int_eq(rcp_conn_send(c, &a.f, "GET a"), RCP_OK);
+    rcptest_sleep_ms(50); /* the loop has seen it, and sleeps again */
+    sim_fut_init(&b, rcptest_scale(200));
+    t0 = rcptest_now_ns();
+    ck_assert_int_eq(rcp_conn_send(c, &b.f, "GET b"), RCP_OK);
+    ck_assert_int_eq(sim_fut_wait(&b, rcptest_scale(10000)), 0);
+    took_ms = (rcptest_now_ns() - t0) / 1000000ull;
+    ck_assert_int_eq(b.err, RCP_ERR_TIMEOUT);
+    ck_assert_msg(took_ms < (uint64_t)rcptest_scale(1000),
+                  "timed out after %llu ms: at the handshake's end, not at its own deadline",
+                  (unsigned long long)took_ms);
+    sim_loadf(n, "send \"+OK\\r\\n\"\nexpect GET a\nsend \"$1\\r\\nx\\r\\n\"\n");
+    ck_assert_int_eq(sim_fut_wait(&a, rcptest_scale(10000)), 0);
+    ck_assert_msg(a.type == RCP_REPLY_STRING && strcmp(a.str, "x") == 0, "a: %d %s", a.type,
+                  a.str);
+    sim_assert_done(n, rcptest_scale(5000));
+    rcp_conn_close(c);
+    sim_fut_destroy(&a);
+    sim_fut_destroy(&b);
+    sim_free(n);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("hung");
-    RCPTEST_ADD(tc, short_deadline_behind_lone_caller, close_is_prompt_with_hung_nodes,
+    RCPTEST_ADD(tc, short_deadline_behind_handshake, short_deadline_behind_lone_caller, close_is_prompt_with_hung_nodes,
                 queue_full_returned_and_call_deadline, hung_node, hung_conn_io_timeout);
     return sim_run("sim-hung", tc);
 }
