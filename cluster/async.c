@@ -26,10 +26,19 @@
 #include "multi.h"
 #include "reply.h"
 
+/* cf_busy (cluster_int.h): taken for the few instructions of a pop; a
+ * sender that finds it taken yields, in case its holder was preempted. */
+static void cf_lock(struct rcp_cluster *cl)
+{
+    while (atomic_exchange_explicit(&cl->cf_busy, 1, memory_order_acquire))
+        while (atomic_load_explicit(&cl->cf_busy, memory_order_relaxed))
+            sched_yield();
+}
+
 rcp__cfut *rcp__cfut_get(struct rcp_cluster *cl)
 {
     rcp__cfut *cf;
-    pthread_mutex_lock(&cl->cf_mu);
+    cf_lock(cl);
     cf = cl->cf_free;
     if (!cf)
         cf = atomic_exchange_explicit(&cl->cf_back, NULL, memory_order_acquire);
@@ -37,7 +46,7 @@ rcp__cfut *rcp__cfut_get(struct rcp_cluster *cl)
         cl->cf_free = cf->next_free;
         atomic_fetch_sub_explicit(&cl->cf_nfree, 1, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&cl->cf_mu);
+    atomic_store_explicit(&cl->cf_busy, 0, memory_order_release);
     if (!cf && !(cf = rcp__malloc(sizeof(*cf))))
         return NULL;
     memset(cf, 0, offsetof(rcp__cfut, inl));

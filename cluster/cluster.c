@@ -275,7 +275,6 @@ static void cluster_free(struct rcp_cluster *cl)
         }
     }
     cl->cf_free = NULL;
-    pthread_mutex_destroy(&cl->cf_mu);
     pthread_mutex_destroy(&cl->reg_mu);
     pthread_mutex_destroy(&cl->wmu);
     pthread_cond_destroy(&cl->wcv);
@@ -337,7 +336,6 @@ int rcp_cluster_open(const rcp_cluster_options *o, rcp_cluster **out, char *errb
     cl->node_opt.event_data = cl;
     rcp__forget_init(cl);
     pthread_mutex_init(&cl->reg_mu, NULL);
-    pthread_mutex_init(&cl->cf_mu, NULL);
     pthread_mutex_init(&cl->wmu, NULL);
     rcp__cond_init_monotonic(&cl->wcv);
     rv = parse_seeds(cl, o->seeds, why, sizeof why);

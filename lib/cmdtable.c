@@ -19,6 +19,7 @@
  * from a numkeys argument). The two commands whose specs are "unknown" or
  * "incomplete" (SORT, MIGRATE) have small readers of their own below. */
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -105,6 +106,31 @@ static const rcp__cmd *find(const char *name)
  * and the binary search. */
 static RCP__THREAD_LOCAL const rcp__cmd *last_cmd;
 
+/* The bytes the caller spelled last_cmd's name with (up to 16 of them),
+ * as name_key reads them: a name of the same length and the same key has
+ * the same bytes, so it is last_cmd without the case-folding compare. */
+struct name_key {
+    uint64_t a, b;
+    size_t len; /* 0: none */
+};
+static RCP__THREAD_LOCAL struct name_key last_key;
+
+/* Reads s[0..n) (1 <= n <= 16) into k: its first and last 8 (or 4, or
+ * single) bytes, which between them cover every byte. */
+static void name_key_of(struct name_key *k, const char *s, size_t n)
+{
+    size_t w = n >= 8 ? 8 : n >= 4 ? 4 : 1;
+    k->a = k->b = 0;
+    k->len = n;
+    if (w == 1) {
+        k->a = (unsigned char)s[0] | (uint64_t)(unsigned char)s[n / 2] << 8;
+        k->b = (unsigned char)s[n - 1];
+        return;
+    }
+    memcpy(&k->a, s, w);
+    memcpy(&k->b, s + n - w, w);
+}
+
 /* The name (lower case in the table) equals s[0..n) ignoring ASCII case. */
 static int same_name(const char *name, const char *s, size_t n)
 {
@@ -128,13 +154,26 @@ const rcp__cmd *rcp__cmd_lookup(int argc, const char **argv, const size_t *argvl
     if (argc < 1 || !argv || !argv[0])
         return NULL;
     len0 = arg_len(argv, argvlen, 0);
-    if (last && same_name(last->name, argv[0], len0))
+    if (last && len0 && len0 == last_key.len) {
+        struct name_key k;
+        name_key_of(&k, argv[0], len0);
+        if (k.a == last_key.a && k.b == last_key.b)
+            return last; /* the same bytes as last time */
+    }
+    if (last && same_name(last->name, argv[0], len0)) {
+        if (len0 && len0 <= 16)
+            name_key_of(&last_key, argv[0], len0);
         return last; /* never a container: those are not remembered */
+    }
     if (!append_lower(buf, &pos, argv[0], len0))
         return NULL;
     cmd = find(buf);
-    if (cmd && cmd->nsubs == 0)
+    if (cmd && cmd->nsubs == 0) {
         last_cmd = cmd;
+        last_key.len = 0;
+        if (len0 && len0 <= 16)
+            name_key_of(&last_key, argv[0], len0);
+    }
     if (!cmd || cmd->nsubs == 0 || argc < 2)
         return cmd;
     /* A container without a known subcommand is still a command the server
@@ -390,7 +429,12 @@ int rcp__cmd_keys(const rcp__cmd *cmd, int argc, const char **argv, const size_t
     return o.n;
 }
 
-int rcp__cmd_key1(const rcp__cmd *cmd, int argc)
+/* rcp__cmd_key1's last answer on this thread: a function of cmd and argc
+ * only, so the same pair has the same answer. */
+static RCP__THREAD_LOCAL const rcp__cmd *key1_cmd;
+static RCP__THREAD_LOCAL int key1_argc, key1_val;
+
+static int key1_of(const rcp__cmd *cmd, int argc)
 {
     const struct keyspec *ks;
     if (!cmd || cmd->nspecs != 1 || cmd->special != SPECIAL_NONE || argc < 2 ||
@@ -401,6 +445,16 @@ int rcp__cmd_key1(const rcp__cmd *cmd, int argc)
         return 0;
     ks = &keyspecs[cmd->spec0];
     return ks->bs == BS_INDEX && ks->bs_arg == 1 && ks->fk == FK_RANGE && ks->a == 0;
+}
+
+int rcp__cmd_key1(const rcp__cmd *cmd, int argc)
+{
+    if (cmd != key1_cmd || argc != key1_argc || !cmd) {
+        key1_val = key1_of(cmd, argc);
+        key1_cmd = cmd;
+        key1_argc = argc;
+    }
+    return key1_val;
 }
 
 int rcp__cmd_screen(const rcp__cmd *cmd, int argc, const char **argv, const size_t *argvlen,

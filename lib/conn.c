@@ -456,6 +456,17 @@ void rcp_conn_close(rcp_conn *c)
 /* the request path                                                    */
 
 /* Mutex held. Wait for room for one request of len bytes. */
+/* Out of line: inlined, the compiler computes the timespec (a division)
+ * before wait_room's loop, on every request, although it is needed only
+ * when the queue is full. */
+static __attribute__((noinline)) int wait_space_until(struct rcp_conn *c, uint64_t deadline)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)(deadline / 1000000000ull);
+    ts.tv_nsec = (long)(deadline % 1000000000ull);
+    return pthread_cond_timedwait(&c->space_cv, &c->mu, &ts);
+}
+
 static int wait_room(struct rcp_conn *c, size_t len, unsigned nslots, uint64_t deadline)
 {
     for (;;) {
@@ -473,11 +484,7 @@ static int wait_room(struct rcp_conn *c, size_t len, unsigned nslots, uint64_t d
             return RCP_ERR_QUEUE_FULL;
         c->space_waiters++;
         if (deadline) {
-            struct timespec ts;
-            int rv;
-            ts.tv_sec = (time_t)(deadline / 1000000000ull);
-            ts.tv_nsec = (long)(deadline % 1000000000ull);
-            rv = pthread_cond_timedwait(&c->space_cv, &c->mu, &ts);
+            int rv = wait_space_until(c, deadline);
             c->space_waiters--;
             if (rv == ETIMEDOUT && rcp__now_ns() >= deadline)
                 return RCP_ERR_TIMEOUT;

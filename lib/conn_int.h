@@ -407,6 +407,8 @@ static inline int conn_get_reply(struct rcp_conn *c, uint64_t next, void **reply
 {
     if (__builtin_expect(atomic_load_explicit(&c->sinks, memory_order_relaxed) != 0, 0))
         return rcp__conn_sink_get_reply(c, next, reply);
+    if (rcp__reader_fast(c->reader, reply))
+        return REDIS_OK;
     return redisReaderGetReply(c->reader, reply);
 }
 

@@ -48,6 +48,10 @@ void rcp__reply_cache_drop(void);
 /* Creates a reader using rcp__reply_functions; NULL on OOM. */
 redisReader *rcp__reader_new(void);
 
+/* A whole bulk string at the reader's cursor, parsed without hiredis's
+ * general path: 1 with *reply set, 0 if redisReaderGetReply must run. */
+int rcp__reader_fast(redisReader *rd, void **reply);
+
 /* How much of one reply a reader may build (the connection's
  * max_reply_bytes): object bytes are counted from each reply's first
  * object on; past max the reader stops with an error and exceeded is set.

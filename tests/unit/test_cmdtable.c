@@ -2,9 +2,11 @@
  * flags) and key extraction for every kind of key spec, including the
  * hand-written SORT and MIGRATE readers and malformed argument lists. */
 #include <check.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common.h"
 #include "logic.h"
@@ -66,6 +68,58 @@ START_TEST(table_sorted_and_complete)
     }
     ck_assert_uint_gt(n, 300); /* 7.0 has ~240 commands and ~140 subcommands */
     ck_assert_uint_gt(subs, 100);
+}
+END_TEST
+
+/* The table's command spelled s (n bytes), ignoring case, or NULL: the
+ * oracle for the remembered look-up. */
+static const rcp__cmd *by_scan(const char *s, size_t n)
+{
+    const rcp__cmd *c;
+    size_t i;
+    for (i = 0; (c = rcp__cmd_at(i)) != NULL; i++)
+        if (strlen(rcp__cmd_name(c)) == n && strncasecmp(rcp__cmd_name(c), s, n) == 0 &&
+            !strchr(rcp__cmd_name(c), '|'))
+            return c;
+    return NULL;
+}
+
+/* The thread remembers the bytes its last command was spelled with: a
+ * name differing from them in any one byte is looked up afresh. Every
+ * command of up to 16 bytes, each byte changed in turn. */
+START_TEST(lookup_remembered_spelling)
+{
+    const rcp__cmd *c;
+    size_t i, j, n, tried = 0;
+    char up[32], alt[32];
+    for (i = 0; (c = rcp__cmd_at(i)) != NULL; i++) {
+        n = strlen(rcp__cmd_name(c));
+        if (n > 16 || strchr(rcp__cmd_name(c), '|'))
+            continue;
+        for (j = 0; j < n; j++)
+            up[j] = (char)toupper((unsigned char)rcp__cmd_name(c)[j]);
+        for (j = 0; j < n; j++) {
+            ck_assert_ptr_eq(rcp__cmd_lookup(1, ARGV(up), (size_t[]){n}), c);
+            ck_assert_ptr_eq(rcp__cmd_lookup(1, ARGV(up), (size_t[]){n}), c); /* remembered */
+            memcpy(alt, up, n);
+            alt[j] = alt[j] == 'Q' ? 'Z' : 'Q';
+            ck_assert_ptr_eq(rcp__cmd_lookup(1, ARGV(alt), (size_t[]){n}), by_scan(alt, n));
+            alt[j] = '\0';
+            ck_assert_ptr_null(rcp__cmd_lookup(1, ARGV(alt), (size_t[]){n}));
+            tried++;
+        }
+    }
+    ck_assert_uint_gt(tried, 1000);
+    /* rcp__cmd_key1 remembers its last answer: per command and argc. */
+    c = LOOKUP("get", "k");
+    ck_assert_int_eq(rcp__cmd_key1(c, 2), 1);
+    ck_assert_int_eq(rcp__cmd_key1(c, 3), 0);
+    ck_assert_int_eq(rcp__cmd_key1(c, 2), 1);
+    ck_assert_int_eq(rcp__cmd_key1(LOOKUP("set", "k", "v"), 2), 0);
+    ck_assert_int_eq(rcp__cmd_key1(LOOKUP("set", "k", "v"), 3), 1);
+    ck_assert_int_eq(rcp__cmd_key1(NULL, 3), 0);
+    ck_assert_int_eq(rcp__cmd_key1(LOOKUP("mget", "a", "b"), 3), 0);
+    ck_assert_int_eq(rcp__cmd_key1(c, 2), 1);
 }
 END_TEST
 
@@ -344,7 +398,7 @@ int main(void)
     Suite *s = suite_create("cmdtable");
     TCase *tc = rcptest_tcase(s, "core", 0);
 
-    RCPTEST_ADD(tc, table_sorted_and_complete, lookup, flags, keys_simple, keys_arity, keys_numkeys,
+    RCPTEST_ADD(tc, table_sorted_and_complete, lookup, lookup_remembered_spelling, flags, keys_simple, keys_arity, keys_numkeys,
                 keys_streams, keys_migrate, keys_sort_geo, keys_buffer_and_lengths);
     return rcptest_run(s) ? 1 : 0;
 }

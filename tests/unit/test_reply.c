@@ -114,6 +114,93 @@ START_TEST(partial_feed)
 }
 END_TEST
 
+/* One reply as the connection reads it: the fast path, else hiredis's.
+ * *fast counts the replies the fast path built. */
+static int read_one(redisReader *rd, void **out, int use_fast, int *fast)
+{
+    *out = NULL;
+    if (use_fast && rcp__reader_fast(rd, out)) {
+        (*fast)++;
+        return REDIS_OK;
+    }
+    return redisReaderGetReply(rd, out);
+}
+
+/* Feeds `in` in pieces of `step` bytes and collects every reply. */
+static int read_all(const char *in, size_t n, size_t step, int use_fast, rcp_reply **got,
+                    int max, int *fast)
+{
+    redisReader *rd = rcp__reader_new();
+    size_t i;
+    int k = 0;
+    void *out;
+    ck_assert_ptr_nonnull(rd);
+    for (i = 0; i < n; i += step) {
+        ck_assert_int_eq(redisReaderFeed(rd, in + i, n - i < step ? n - i : step), REDIS_OK);
+        while (read_one(rd, &out, use_fast, fast) == REDIS_OK && out) {
+            ck_assert_int_lt(k, max);
+            got[k++] = out;
+            ck_assert_uint_lt(rd->pos, 1024 + 64); /* parsed bytes are dropped */
+        }
+    }
+    redisReaderFree(rd);
+    return k;
+}
+
+/* rcp__reader_fast (the connection's path for a whole bulk string) builds
+ * the replies hiredis would, whatever the pieces the bytes come in. */
+START_TEST(fast_path_matches_hiredis)
+{
+    char in[4096];
+    size_t n = 0, steps[] = {1, 2, 5, 40, 4096}, si;
+    rcp_reply *a[200], *b[200];
+    int i, na, nb, fast = 0, fast_whole = 0;
+    n += (size_t)sprintf(in + n, "$3\r\nfoo\r\n$-1\r\n+OK\r\n$0\r\n\r\n:42\r\n$1\r\nz\r\n");
+    n += (size_t)sprintf(in + n, "*2\r\n$1\r\nx\r\n$2\r\nyz\r\n-ERR no\r\n$4\r\nab\r\n\r\n");
+    for (i = 0; i < 100; i++) /* past 1 KiB: the reader's buffer is compacted */
+        n += (size_t)sprintf(in + n, "$10\r\n%010d\r\n", i);
+    for (si = 0; si < sizeof steps / sizeof steps[0]; si++) {
+        int f = 0;
+        na = read_all(in, n, steps[si], 0, a, 200, &f);
+        nb = read_all(in, n, steps[si], 1, b, 200, &f);
+        if (steps[si] == 4096)
+            fast_whole = f;
+        fast += f;
+        ck_assert_int_eq(na, 109);
+        ck_assert_int_eq(nb, na);
+        for (i = 0; i < na; i++) {
+            ck_assert_int_eq(b[i]->type, a[i]->type);
+            ck_assert_int_eq(b[i]->err, a[i]->err);
+            ck_assert_int_eq(b[i]->integer, a[i]->integer);
+            ck_assert_uint_eq(b[i]->len, a[i]->len);
+            if (a[i]->str)
+                ck_assert_mem_eq(b[i]->str, a[i]->str, a[i]->len + 1);
+            ck_assert_uint_eq(b[i]->elements, a[i]->elements);
+            rcp_reply_free(a[i]);
+            rcp_reply_free(b[i]);
+        }
+    }
+    /* Headers hiredis refuses or reads otherwise are left to it. */
+    {
+        const char *bad[] = {"$01\r\nz\r\n", "$ 1\r\nz\r\n", "$1x\r\nz\r\n",
+                             "$1\rxz\r\n",   "$\r\nz\r\n",  "$1234567890123456789\r\n"};
+        for (i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+            redisReader *rd = rcp__reader_new();
+            void *out = NULL;
+            ck_assert_int_eq(redisReaderFeed(rd, bad[i], strlen(bad[i])), REDIS_OK);
+            ck_assert_int_eq(rcp__reader_fast(rd, &out), 0);
+            ck_assert_ptr_null(out);
+            ck_assert_uint_eq(rd->pos, 0);
+            redisReaderFree(rd);
+        }
+    }
+    /* Whole in the buffer, every top-level bulk string but the nil takes
+     * the fast path: foo, "", z, ab\r\n and the 100 numbers. */
+    ck_assert_int_eq(fast_whole, 104);
+    ck_assert_int_gt(fast, fast_whole);
+}
+END_TEST
+
 START_TEST(keep_and_release)
 {
     int st;
@@ -351,7 +438,8 @@ int main(void)
     Suite *s = suite_create("reply");
     TCase *tc = rcptest_tcase(s, "core", 0);
 
-    RCPTEST_ADD(tc, scalars, nested_arrays_and_dup, protocol_errors, partial_feed, keep_and_release,
+    RCPTEST_ADD(tc, scalars, nested_arrays_and_dup, protocol_errors, partial_feed,
+                fast_path_matches_hiredis, keep_and_release,
                 allocator_hook_and_oom, small_replies_recycled, huge_array_header_costs_what_arrives,
                 typed_getters);
     return rcptest_run(s) ? 1 : 0;
