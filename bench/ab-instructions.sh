@@ -8,8 +8,8 @@ set -u
 OLD=$1 NEW=$2
 cd "$(dirname "$0")/.."
 T=${TMPDIR:-/tmp}
-seed=$(tests/scripts/cluster.sh start 2>$T/cg-cluster.$$.err | tail -1)
-dir=$(grep -o 'DIR=.*' $T/cg-cluster.$$.err | head -1 | cut -d= -f2)
+dir=$(mktemp -d "$T/cg-cluster.XXXXXX")
+seed=$(tests/scripts/cluster.sh start --dir "$dir" 2>$T/cg-cluster.$$.err | tail -1)
 $NEW/bench/rcp-bench -s "$seed" --preload -d 64 --key-maximum 10000 -n 1 -t 1 >/dev/null 2>&1
 for mode in sync async; do
   extra=""; [ $mode = async ] && extra="--async-depth 16"
