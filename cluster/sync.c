@@ -162,7 +162,8 @@ static rcp_reply *sync_route(struct rcp_cluster *cl, int timeout_ms, int argc, c
         return sync_error_reply(RCP_ERR_TOO_LARGE, NULL);
     }
     rq.deadline = rcp__req_deadline(cl, timeout_ms);
-    if (rcp__cache_eligible(cl, &rq, argc, cache_mode) &&
+    if (!src && /* a read with a source (inline or not) is not cached */
+        rcp__cache_eligible(cl, &rq, argc, cache_mode) &&
         (r = rcp__cache_command(cl, &rq, argv[1], argvlen ? argvlen[1] : strlen(argv[1])))) {
         rcp__stat_add(&cl->st.requests, 1);
         if (rq.buf != stackbuf)
