@@ -568,7 +568,8 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
     if (asking) {
         memcpy(c->pend + c->pend_len, asking_cmd, ASKING_LEN);
         c->pend_len += ASKING_LEN;
-        push_slot(c, &asking_future, 0, ASKING_LEN, NULL, NULL, 0);
+        push_slot(c, &asking_future, 0, ASKING_LEN, NULL, NULL,
+                  d[0].src ? RCP__SLOT_ASKS_SOURCE : 0);
     }
     for (i = 0; i < n; i++) {
         if (d[i].raw)

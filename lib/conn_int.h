@@ -71,8 +71,10 @@ enum {
 enum {
     RCP__SLOT_PARTIAL = 1, /* its first bytes were written (the fast path handed the rest
                             * over as pending): the server has them */
-    RCP__SLOT_GLUED = 2    /* goes with the slot before it (the command after its ASKING):
+    RCP__SLOT_GLUED = 2,   /* goes with the slot before it (the command after its ASKING):
                             * cut out both, or neither */
+    RCP__SLOT_ASKS_SOURCE = 4 /* an ASKING whose glued command is a source request: taken
+                               * by the loop with it in one flush, or not at all */
 };
 
 typedef struct rcp__slot {

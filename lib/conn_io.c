@@ -114,8 +114,7 @@ int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit, int sources)
         size_t l = s->len;
         if ((s->src && !sources) || (n && bytes + l > c->opt.max_batch_bytes))
             break;
-        if (i + 1 < c->tail && c->ring[(i + 1) & c->mask].src &&
-            (c->ring[(i + 1) & c->mask].flags & RCP__SLOT_GLUED)) {
+        if (s->flags & RCP__SLOT_ASKS_SOURCE) {
             /* An ASKING and the source request glued to it go in one
              * flush: an ASKING written alone would leave the source
              * request cut out by a deadline or a cancel (pending), and

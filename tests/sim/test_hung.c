@@ -260,6 +260,22 @@ START_TEST(close_is_prompt_with_hung_nodes)
 }
 END_TEST
 
+/* Sends GET <key> with a 200 ms deadline on c and asserts it times out
+ * at that deadline (well under 1 s), not when `what` ends. */
+static void times_out_on_time(rcp_conn *c, sim_fut *f, const char *key, const char *what)
+{
+    uint64_t t0, took_ms;
+    sim_fut_init(f, rcptest_scale(200));
+    t0 = rcptest_now_ns();
+    ck_assert_int_eq(rcp_conn_send(c, &f->f, "GET %s", key), RCP_OK);
+    ck_assert_int_eq(sim_fut_wait(f, rcptest_scale(10000)), 0);
+    took_ms = (rcptest_now_ns() - t0) / 1000000ull;
+    ck_assert_int_eq(f->err, RCP_ERR_TIMEOUT);
+    ck_assert_msg(took_ms < (uint64_t)rcptest_scale(1000),
+                  "timed out after %llu ms: when %s, not at its own deadline",
+                  (unsigned long long)took_ms, what);
+}
+
 /* A request queued behind a lone caller (a sync call doing its own I/O on
  * an idle connection) whose deadline comes before the lone caller's: it
  * times out at its own deadline, not when the lone caller gives up. */
@@ -278,7 +294,6 @@ START_TEST(short_deadline_behind_lone_caller)
     pthread_t th;
     sim_fut f;
     char err[512] = "";
-    uint64_t t0, took_ms;
     ck_assert_ptr_nonnull(n);
     /* The node holds the lone caller's GET until the test lets it go. */
     sim_loadf(n, "expect GET lone\n");
@@ -289,15 +304,7 @@ START_TEST(short_deadline_behind_lone_caller)
     ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "%s", err);
     ck_assert_int_eq(pthread_create(&th, NULL, lone_caller, c), 0);
     ck_assert_int_eq(sim_wait(n, rcptest_scale(2000)), 0);
-    sim_fut_init(&f, rcptest_scale(200));
-    t0 = rcptest_now_ns();
-    ck_assert_int_eq(rcp_conn_send(c, &f.f, "GET short"), RCP_OK);
-    ck_assert_int_eq(sim_fut_wait(&f, rcptest_scale(10000)), 0);
-    took_ms = (rcptest_now_ns() - t0) / 1000000ull;
-    ck_assert_int_eq(f.err, RCP_ERR_TIMEOUT);
-    ck_assert_msg(took_ms < (uint64_t)rcptest_scale(1000),
-                  "timed out after %llu ms: when the lone caller gave up, not at its own deadline",
-                  (unsigned long long)took_ms);
+    times_out_on_time(c, &f, "short", "the lone caller gave up");
     sim_loadf(n, "send \"$1\\r\\nx\\r\\n\"\nexpect GET short\nsend \"$1\\r\\ny\\r\\n\"\n");
     pthread_join(th, NULL);
     sim_assert_done(n, rcptest_scale(5000));
@@ -319,7 +326,6 @@ START_TEST(short_deadline_behind_handshake)
     rcp_conn *c = NULL;
     sim_fut a, b;
     char err[512] = "";
-    uint64_t t0, took_ms;
     ck_assert_ptr_nonnull(n);
     /* The open's handshake is answered; the node then closes the
      * connection and holds the next one's. */
@@ -338,15 +344,7 @@ START_TEST(short_deadline_behind_handshake)
     sim_fut_init(&a, -1);
     ck_assert_int_eq(rcp_conn_send(c, &a.f, "GET a"), RCP_OK);
     rcptest_sleep_ms(50); /* the loop has seen it, and sleeps again */
-    sim_fut_init(&b, rcptest_scale(200));
-    t0 = rcptest_now_ns();
-    ck_assert_int_eq(rcp_conn_send(c, &b.f, "GET b"), RCP_OK);
-    ck_assert_int_eq(sim_fut_wait(&b, rcptest_scale(10000)), 0);
-    took_ms = (rcptest_now_ns() - t0) / 1000000ull;
-    ck_assert_int_eq(b.err, RCP_ERR_TIMEOUT);
-    ck_assert_msg(took_ms < (uint64_t)rcptest_scale(1000),
-                  "timed out after %llu ms: at the handshake's end, not at its own deadline",
-                  (unsigned long long)took_ms);
+    times_out_on_time(c, &b, "b", "the handshake ended");
     sim_loadf(n, "send \"+OK\\r\\n\"\nexpect GET a\nsend \"$1\\r\\nx\\r\\n\"\n");
     ck_assert_int_eq(sim_fut_wait(&a, rcptest_scale(10000)), 0);
     ck_assert_msg(a.type == RCP_REPLY_STRING && strcmp(a.str, "x") == 0, "a: %d %s", a.type,
