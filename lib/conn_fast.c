@@ -10,7 +10,9 @@
  * batch's replies, wakes each of the others once, and passes the socket
  * on the same way when its own reply is in. The loop is needed only when
  * nobody is on the socket, or for what a caller cannot do (async
- * futures, whose callbacks run on a loop thread; a partial write). Both
+ * futures, whose callbacks run on a loop thread; a partial write). A lone
+ * caller whose value streams from a source uploads it itself
+ * (try_fast_source), then reads as any lone caller. Both
  * use the same write and read helpers as the loop (conn_int.h), and hand
  * the socket back to the loop on anything unusual (partial write,
  * timeout, error, stray bytes). */
@@ -500,12 +502,74 @@ static rcp_reply *fast_io(struct rcp_conn *c, sync_future *s, uint64_t idx, cons
     return lead_io(c, s, idx, deadline);
 }
 
-/* Try the lone-caller path. Returns the reply, NULL if not taken (then the
- * caller queues normally), or sets *handed if the request was queued and
- * must be waited for. */
+/* Take the mutex and see whether a calling thread may have the socket:
+ * the connection is ready, idle, and nobody is on it. Returns 1 with the
+ * mutex held, or 0 with it released. */
+static int fast_claim(struct rcp_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->state != RCP__ST_READY || c->closing || c->fast_active || c->loop_io ||
+        c->caller_writing || c->need_close || c->need_read || c->head != c->tail || c->fd < 0) {
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
+    if (conn_peek_idle(c) >= 0) {
+        /* Bytes already waiting on an idle connection are not a reply to
+         * anything we are about to send (a misbehaving server, or a close):
+         * let the loop read and judge them instead of taking them as ours. */
+        int ring = !c->need_read;
+        c->need_read = 1;
+        pthread_mutex_unlock(&c->mu);
+        if (ring)
+            conn_ring_loop(c);
+        return 0;
+    }
+    return 1;
+}
+
+/* The lone-caller path for a request whose value streams from a source
+ * (slot idx taken, c->so set for it, fast_active): the caller's thread
+ * writes the head and pulls the value itself (rcp__conn_source_upload:
+ * the loop's own writer, waiting in poll when the socket is full), then
+ * reads the reply as any lone caller. No hand-off to the loop and back
+ * (two wakes), and callers on different connections upload at once
+ * instead of one after another on the loop. Returns as fast_io. */
+static rcp_reply *fast_upload(struct rcp_conn *c, sync_future *s, uint64_t idx, const char *head,
+                              size_t hlen, uint64_t deadline)
+{
+    char cause[512];
+    int rv = rcp__conn_source_upload(c, head, hlen, deadline, cause, sizeof cause);
+    pthread_mutex_lock(&c->mu);
+    if (rv == CONN_IO_DONE) {
+        c->so.on = 0;
+        c->wr = idx + 1;
+        pthread_mutex_unlock(&c->mu);
+        conn_stat_add(&c->st.batches, 1);
+        conn_stat_add(&c->st.commands_written, 1);
+        return lead_io(c, s, idx, deadline);
+    }
+    if (rv == CONN_IO_TIMEOUT) {
+        /* As the loop does (expire): the request times out, and the
+         * connection, inside a value it cannot finish, is dropped. */
+        c->ring[idx & c->mask].f = NULL;
+        fast_fail(c, RCP_ERR_IO,
+                  "a request's deadline passed while its source was being written (an "
+                  "upload cannot stop without desynchronising the connection)");
+        conn_stat_add(&c->st.timeouts, 1);
+        snprintf(cause, sizeof cause, "%s: request timed out (no reply before its deadline)",
+                 c->addr);
+        return rcp__reply_error_new(RCP_ERR_TIMEOUT, cause);
+    }
+    fast_fail(c, RCP_ERR_IO, cause); /* the loop fails it, with the source's cause */
+    return NULL;
+}
+
+/* Try the lone-caller path (with a source, its upload too: fast_upload).
+ * Returns the reply, NULL if not taken (then the caller queues normally),
+ * or sets *handed if the request was queued and must be waited for. */
 static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const char **argv,
                            const size_t *argvlen, const char *raw, size_t len,
-                           const rcp_sink *sink, int *handed)
+                           const rcp_sink *sink, const rcp_source *src, int *handed)
 {
     char stackbuf[FAST_STACK_BUF];
     char *buf = stackbuf;
@@ -522,28 +586,10 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
     }
     now = rcp__now_ns();
     deadline = conn_deadline_for(c, &s->f, now);
-    pthread_mutex_lock(&c->mu);
-    if (c->state != RCP__ST_READY || c->closing || c->fast_active || c->loop_io ||
-        c->caller_writing || c->need_close || c->need_read || c->head != c->tail || c->fd < 0) {
-        pthread_mutex_unlock(&c->mu);
+    if (!fast_claim(c)) {
         if (buf != stackbuf)
             rcp__free(buf);
         return NULL;
-    }
-    {
-        /* Bytes already waiting on an idle connection are not a reply to
-         * anything we are about to send (a misbehaving server, or a close):
-         * let the loop read and judge them instead of taking them as ours. */
-        if (conn_peek_idle(c) >= 0) {
-            int ring = !c->need_read;
-            c->need_read = 1;
-            pthread_mutex_unlock(&c->mu);
-            if (ring)
-                conn_ring_loop(c);
-            if (buf != stackbuf)
-                rcp__free(buf);
-            return NULL;
-        }
     }
     idx = c->tail;
     {
@@ -552,11 +598,21 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
         sl->deadline = deadline;
         sl->len = len;
         sl->sink = sink;
-        sl->src = NULL;
+        sl->src = src;
         conn_sink_count(c, sink);
         sl->flags = 0;
     }
     c->tail = c->taken = c->wr = idx + 1;
+    if (src) {
+        /* Taken, not written until its value is out: a failure meanwhile
+         * finds it so (rcp__conn_fail reads c->so for its error). */
+        c->wr = idx;
+        rcp__conn_source_reset(c);
+        c->so.on = 1;
+        c->so.idx = idx;
+        c->so.src = src;
+        conn_stat_add(&c->st.caller_uploads, 1);
+    }
     c->fast_active = 1;
     c->fast_idx = idx;
     atomic_store_explicit(&c->behind, 0, memory_order_relaxed);
@@ -565,10 +621,13 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
     pthread_mutex_unlock(&c->mu);
 
     if (!raw) {
-        rcp__format_write(buf, argc, argv, argvlen);
+        if (src)
+            rcp__format_source_write(buf, argc, argv, argvlen, src->len);
+        else
+            rcp__format_write(buf, argc, argv, argvlen);
         raw = buf;
     }
-    r = fast_io(c, s, idx, raw, len, deadline);
+    r = src ? fast_upload(c, s, idx, raw, len, deadline) : fast_io(c, s, idx, raw, len, deadline);
     if (buf != stackbuf)
         rcp__free(buf);
     if (!r)
@@ -589,8 +648,8 @@ rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
     s.f.resolve = sync_resolve;
     s.f.timeout_ms = timeout_ms;
     s.c = c;
-    if (!asking && !src) { /* a source is the loop's to write (conn_source.c) */
-        r = try_fast(c, &s, argc, argv, argvlen, raw, len, sink, &handed);
+    if (!asking) { /* an ASKING first: the loop glues the two (conn_io.c) */
+        r = try_fast(c, &s, argc, argv, argvlen, raw, len, sink, src, &handed);
         if (r)
             return r;
     }

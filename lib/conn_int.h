@@ -14,7 +14,8 @@
  *                   below, so the loop and the fast path stream alike
  *   conn_source.c   streaming writes: a request's last argument pulled from its
  *                   source (rcp_source) in chunks as the socket accepts them,
- *                   by the loop's writer only (do_write)
+ *                   by the loop's writer (do_write), or by a lone sync
+ *                   caller on an idle connection (conn_fast.c)
  *   tls.c           TLS (tls.h): with c->tls set, the write and read below
  *                   go through OpenSSL, for the loop and the fast path alike
  *
@@ -89,10 +90,12 @@ typedef struct rcp__slot {
 } rcp__slot;
 
 /* The streamed write in progress (conn_source.c). A source slot is always
- * the last of the flush that takes it (only the loop takes one), and is
- * counted written (moves past wr) only once its value and CRLF are out.
- * `on` and `idx` change under the mutex (a cancel and expire() read
- * them); the rest is the loop's. */
+ * the last of the flush that takes it (only the loop takes one; a lone
+ * sync caller claims its own, try_fast_source), and is counted written
+ * (moves past wr) only once its value and CRLF are out. `on` and `idx`
+ * change under the mutex (a cancel and expire() read them); the rest is
+ * the uploading thread's: the loop's, or the caller's while it has the
+ * socket (fast_active). */
 typedef struct rcp__source_state {
     int on;               /* a source slot is taken: its value is being written */
     uint64_t idx;         /* that slot */
@@ -224,7 +227,7 @@ struct rcp_conn {
         _Atomic uint64_t requests, replies, batches, commands_written, write_calls,
             read_calls, bytes_out, bytes_in, timeouts, late_replies, reconnects,
             disconnects, fast_path, futex_wakes, loop_wakes, caller_writes, leads,
-            caller_replies, loop_leads, corked, sendfile_bytes;
+            caller_replies, loop_leads, corked, sendfile_bytes, caller_uploads;
     } st;
 };
 
@@ -311,18 +314,24 @@ enum {
     CONN_IO_ERR = -1,
     CONN_IO_BAD = -2,
     CONN_IO_TLS = -3,
-    CONN_IO_SHORT = -4 /* conn_source.c: the source ended early (c->so.why) */
+    CONN_IO_SHORT = -4, /* conn_source.c: the source ended early (c->so.why) */
+    CONN_IO_TIMEOUT = -5 /* rcp__conn_source_upload: the request's deadline passed */
 };
 
 /* Write buf[*off, len) to the socket, retrying EINTR, counting each call.
  * CONN_IO_DONE once all is written, CONN_IO_AGAIN when the socket buffer
- * is full (*off says how far it got), CONN_IO_ERR on a failure (errno). */
-static inline int conn_write_some(struct rcp_conn *c, const char *buf, size_t len, size_t *off)
+ * is full (*off says how far it got), CONN_IO_ERR on a failure (errno).
+ * `more`: more bytes of the same request follow at once (a streamed
+ * value's chunks, conn_source.c): MSG_MORE, so the kernel does not push
+ * a partial segment at the end of every call (plain text only). */
+static inline int conn_write_more(struct rcp_conn *c, const char *buf, size_t len, size_t *off,
+                                  int more)
 {
     if (c->tls)
         return rcp__tls_write(c, buf, len, off); /* counts its send() calls itself */
     while (*off < len) {
-        ssize_t w = send(c->fd, buf + *off, len - *off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t w = send(c->fd, buf + *off, len - *off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0));
         if (w > 0) {
             *off += (size_t)w;
             conn_stat_add(&c->st.write_calls, 1);
@@ -336,6 +345,11 @@ static inline int conn_write_some(struct rcp_conn *c, const char *buf, size_t le
         return CONN_IO_ERR;
     }
     return CONN_IO_DONE;
+}
+
+static inline int conn_write_some(struct rcp_conn *c, const char *buf, size_t len, size_t *off)
+{
+    return conn_write_more(c, buf, len, off, 0);
 }
 
 /* One recv() into buf (with TLS one SSL_read: the bytes it decrypts),
@@ -568,5 +582,14 @@ int rcp__conn_source_write(struct rcp_conn *c);
 /* Mutex held, failing the connection: no upload any more (the chunk
  * buffer is kept). */
 void rcp__conn_source_reset(struct rcp_conn *c);
+/* A sync caller's thread on the socket (the lone-caller path, conn_fast.c),
+ * its source slot taken and c->so set up for it: write the request's head
+ * (hlen bytes) and then its value, waiting in poll(2) when the socket is
+ * full. CONN_IO_DONE once the value and its CRLF are out; CONN_IO_ERR
+ * (cause), CONN_IO_SHORT (the source failed: cause), CONN_IO_TIMEOUT
+ * (deadline passed). On anything but CONN_IO_DONE the connection is out of
+ * step: the caller must fail it. */
+int rcp__conn_source_upload(struct rcp_conn *c, const char *head, size_t hlen,
+                            uint64_t deadline, char *cause, size_t causelen);
 
 #endif

@@ -591,7 +591,7 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
 {
     struct rcp_conn *c = conn_of_src(src);
     uint64_t next = UINT64_MAX;
-    int state, fast, writer, flush = 0, wake_flush;
+    int state, closing, fast, writer, flush = 0, wake_flush;
     uint64_t waiting, last_read;
 
     atomic_store_explicit(&c->timer_at, UINT64_MAX, memory_order_relaxed);
@@ -599,6 +599,7 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
 
     pthread_mutex_lock(&c->mu);
     state = c->state;
+    closing = c->closing; /* rcp_conn_close sets it, under the mutex */
     fast = c->fast_active;
     writer = c->caller_writing;
     last_read = c->last_read_ns; /* a sending thread sets it too, under the mutex */
@@ -611,7 +612,7 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
     if (state == RCP__ST_CLOSED)
         return UINT64_MAX;
     if (state == RCP__ST_DISCONNECTED) {
-        if (c->closing)
+        if (closing)
             return UINT64_MAX;
         if (now >= c->reconnect_at) {
             rcp__conn_start_connect(c);

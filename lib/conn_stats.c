@@ -31,6 +31,7 @@ int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *o)
     S(loop_leads);
     S(corked);
     S(sendfile_bytes);
+    S(caller_uploads);
 #undef S
     return RCP_OK;
 }
@@ -61,5 +62,6 @@ void rcp_conn_stats_add(rcp_conn_stats *sum, const rcp_conn_stats *add)
     A(loop_leads);
     A(corked);
     A(sendfile_bytes);
+    A(caller_uploads);
 #undef A
 }

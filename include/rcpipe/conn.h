@@ -257,9 +257,13 @@ RCP_API rcp_reply *rcp_conn_command_argv_sink(rcp_conn *c, int argc, const char 
  * arguments are formatted as usual; the source is argument argc + 1 (SET
  * key <source>, APPEND key <source>, HSET h field <source>...).
  *
- * Sources are written by the connection's I/O thread only (never by a
- * sync caller's own thread): a sync call with a source queues and waits.
- * Except a small value: a sync call (rcp_conn_command_argv_source,
+ * Async sends' sources are pulled on the connection's I/O thread. A sync
+ * call (rcp_conn_command_argv_source, rcp_cluster_command_argv_source)
+ * that finds its connection idle uploads on its own thread instead (the
+ * lone-caller path: callback called there, waiting in poll(2) for room,
+ * bounded by the request's deadline and io_timeout_ms; counted in
+ * caller_uploads); on a busy connection it queues and waits for the I/O
+ * thread. A small value goes another way: a sync call (rcp_conn_command_argv_source,
  * rcp_cluster_command_argv_source) whose len is at most 64 KiB reads it
  * whole first, on the caller's thread, and sends it as an ordinary
  * request (the lone-caller path, one write); a source that ends early
@@ -365,6 +369,8 @@ typedef struct rcp_conn_stats {
                               * flight instead of waking the loop (option cork) */
     uint64_t sendfile_bytes; /* of bytes_out, value bytes an fd source on a file sent with
                               * sendfile(), not copied through the library (plain text) */
+    uint64_t caller_uploads; /* sync requests with a source whose value the caller's own
+                              * thread wrote, on an idle connection, instead of the loop */
 } rcp_conn_stats;
 
 RCP_API int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *out);

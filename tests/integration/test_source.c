@@ -420,6 +420,79 @@ START_TEST(small_source_read_first)
 }
 END_TEST
 
+/* A sync call with a streamed value on an idle connection uploads it on
+ * the caller's own thread (caller_uploads), a file with sendfile there
+ * too; with fast_path off the loop does it. Either way the value is
+ * stored whole. The first call after a reply may find the loop still
+ * finishing its pass (then the loop uploads): a few tries. */
+START_TEST(sync_upload_paths)
+{
+    static const unsigned seed = 31;
+    const size_t n = MIB + 3;
+    char path[] = "/tmp/rcp-source-XXXXXX", d[256];
+    rcp_conn_stats a, b;
+    rcp_conn_options o;
+    rcp_conn *off;
+    rcp_source fs;
+    rcp_reply *r;
+    int fd = mkstemp(path), i, took = 0;
+    static char buf[MIB + 3];
+
+    for (i = 0; i < 5 && !took; i++) {
+        gen_source g;
+        gen_init(&g, n, seed);
+        ck_assert_int_eq(rcp_conn_get_stats(conn, &a), RCP_OK);
+        r = set_source("src:caller", &g.s);
+        ck_assert_msg(rcpt_is_status(r, "OK"), "%s", rcptest_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        ck_assert(!g.bad && g.next == n);
+        ck_assert_int_eq(rcp_conn_get_stats(conn, &b), RCP_OK);
+        took = b.caller_uploads > a.caller_uploads;
+        ck_assert(value_is("src:caller", n, seed));
+    }
+    ck_assert_msg(took, "no upload on the caller's thread in 5 sync calls");
+
+    ck_assert_int_ge(fd, 0);
+    unlink(path);
+    for (size_t k = 0; k < n; k++)
+        buf[k] = (char)rcpt_pattern(k, seed + 1);
+    ck_assert_int_eq(write(fd, buf, n), (ssize_t)n);
+    memset(&fs, 0, sizeof fs);
+    fs.kind = RCP_SOURCE_FD;
+    fs.fd = fd;
+    fs.len = n;
+    for (i = 0, took = 0; i < 5 && !took; i++) {
+        ck_assert_int_eq(rcp_conn_get_stats(conn, &a), RCP_OK);
+        r = set_source("src:caller-file", &fs);
+        ck_assert_msg(rcpt_is_status(r, "OK"), "%s", rcptest_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+        ck_assert_int_eq(rcp_conn_get_stats(conn, &b), RCP_OK);
+        ck_assert_uint_eq(b.sendfile_bytes - a.sendfile_bytes, n);
+        took = b.caller_uploads > a.caller_uploads;
+        ck_assert(value_is("src:caller-file", n, seed + 1));
+    }
+    ck_assert_msg(took, "no file upload on the caller's thread in 5 sync calls");
+    close(fd);
+
+    rcpt_options(&o, &srv);
+    o.fast_path = 0;
+    off = rcpt_conn_open_ok(&o);
+    for (i = 0; i < 3; i++) {
+        gen_source g;
+        const char *argv[2] = {"SET", "src:loop"};
+        gen_init(&g, n, seed + 2);
+        r = rcp_conn_command_argv_source(off, 2, argv, NULL, &g.s);
+        ck_assert_msg(rcpt_is_status(r, "OK"), "%s", rcptest_describe(r, d, sizeof d));
+        rcp_reply_free(r);
+    }
+    ck_assert_int_eq(rcp_conn_get_stats(off, &b), RCP_OK);
+    ck_assert_uint_eq(b.caller_uploads, 0);
+    rcp_conn_close(off);
+    ck_assert(value_is("src:loop", n, seed + 2));
+    ck_assert_uint_eq(disconnects(), 0);
+}
+END_TEST
+
 START_TEST(invalid_sources_refused)
 {
     rcp_source s;
@@ -568,6 +641,7 @@ static void add_tests(TCase *tc)
     tcase_add_checked_fixture(tc, setup, teardown);
     RCPTEST_ADD(tc, callback_sizes, callback_64mib_bounded_memory, fd_source_at_offset,
                 fd_source_pipe, short_source_drops_connection, small_source_read_first,
+                sync_upload_paths,
                 invalid_sources_refused,
                 threads_mixed_order_kept);
 }

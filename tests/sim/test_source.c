@@ -7,14 +7,20 @@
  * and the source is never called after its request resolved. A cancel:
  * a source request queued behind an upload is taken back (UNSENT, its
  * source never called), the one being uploaded is too late and
- * completes. */
+ * completes. The same failures for a sync call on an idle connection,
+ * whose own thread uploads (rcp_conn_stats.caller_uploads): a short
+ * source, a deadline and an I/O timeout while the peer reads nothing (the
+ * caller waits in poll), and a close meanwhile. */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -460,10 +466,192 @@ START_TEST(ask_glued_to_source)
 }
 END_TEST
 
+
+/* ---- a sync caller's own thread uploads (conn_fast.c) ---------------- */
+
+static uint64_t caller_uploads(rcp_conn *c)
+{
+    rcp_conn_stats st;
+    ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
+    return st.caller_uploads;
+}
+
+static void want_reply_err(rcp_reply *r, int code, const char *part)
+{
+    ck_assert_msg(r->type == RCP_REPLY_ERROR && r->err == code, "want %s, got type %d %s \"%s\"",
+                  rcp_err_name(code), r->type, rcp_err_name(r->err), r->str ? r->str : "");
+    ck_assert_msg(!part || strstr(r->str, part), "\"%s\" does not say \"%s\"", r->str, part);
+}
+
+/* Right after the open the loop may still be finishing its pass over the
+ * new connection (a caller does not take the socket from it then); let it. */
+static void settle(void)
+{
+    rcptest_sleep_ms(rcptest_scale(20));
+}
+
+START_TEST(sync_short_source_on_caller)
+{
+    sim_node *n = sim_new(NULL);
+    rcp_conn *c;
+    slow_source g;
+    rcp_reply *r;
+    const char *set[2] = {"SET", "k"};
+    ck_assert_ptr_nonnull(n);
+    sim_loadf(n, "%s", scenario);
+    c = open_conn(n, rcptest_scale(5000));
+    slow_init(&g, 1024 * 1024);
+    g.stop_at = 200000;
+    settle();
+    r = rcp_conn_command_argv_source(c, 2, set, NULL, &g.s);
+    want_reply_err(r, RCP_ERR_IO, "source ended at byte 200000 of 1048576");
+    rcp_reply_free(r);
+    ck_assert_uint_eq(caller_uploads(c), 1); /* the caller's thread, not the loop */
+    recovers(c, n);
+    ck_assert_uint_eq(sim_count(n, "SET **"), 0); /* never a complete, truncated SET */
+    rcp_conn_close(c);
+    sim_free(n);
+}
+END_TEST
+
+/* A peer that accepts and never reads: an upload to it fills the socket
+ * buffers and then waits. */
+typedef struct deaf_peer {
+    int lfd, cfd, port;
+} deaf_peer;
+
+static rcp_conn *deaf_open(deaf_peer *d, int request_timeout_ms, int io_timeout_ms)
+{
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    rcp_conn_options o;
+    rcp_conn *c = NULL;
+    char err[512] = "";
+    d->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(d->lfd, 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(d->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(d->lfd, 8), 0);
+    ck_assert_int_eq(getsockname(d->lfd, (struct sockaddr *)&a, &al), 0);
+    d->port = ntohs(a.sin_port);
+    rcp_conn_options_init(&o);
+    o.port = d->port;
+    o.connect_timeout_ms = rcptest_scale(1000);
+    o.request_timeout_ms = request_timeout_ms;
+    o.io_timeout_ms = io_timeout_ms;
+    ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "open: %s", err);
+    d->cfd = accept(d->lfd, NULL, NULL);
+    ck_assert_int_ge(d->cfd, 0);
+    return c;
+}
+
+static void deaf_close(deaf_peer *d)
+{
+    close(d->cfd);
+    close(d->lfd);
+}
+
+/* 64 MiB to a peer that reads nothing: far more than the socket buffers
+ * hold, so the caller's thread waits for room until the deadline (or the
+ * I/O timeout). Retried on a new peer when the loop still had the new
+ * connection and wrote the value itself (see settle): that path is
+ * sim-source's other tests'. */
+static void upload_to_deaf(int request_timeout_ms, int io_timeout_ms, int code, const char *part)
+{
+    int attempt;
+    for (attempt = 0; attempt < 5; attempt++) {
+        deaf_peer d;
+        rcp_conn_stats st;
+        rcp_conn *c = deaf_open(&d, request_timeout_ms, io_timeout_ms);
+        slow_source g;
+        rcp_reply *r;
+        const char *set[2] = {"SET", "k"};
+        slow_init(&g, 64u * 1024 * 1024);
+        settle();
+        r = rcp_conn_command_argv_source(c, 2, set, NULL, &g.s);
+        want_reply_err(r, code, part);
+        rcp_reply_free(r);
+        ck_assert_int_gt(atomic_load(&g.calls), 0);
+        ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
+        ck_assert_uint_lt(st.bytes_out, 64u * 1024 * 1024); /* it stopped where the peer did */
+        if (code == RCP_ERR_TIMEOUT)
+            ck_assert_uint_eq(st.timeouts, 1);
+        rcp_conn_close(c);
+        deaf_close(&d);
+        if (st.caller_uploads == 1)
+            return;
+    }
+    ck_abort_msg("in 5 attempts the caller's thread never had the upload");
+}
+
+START_TEST(sync_upload_deadline_peer_not_reading)
+{
+    upload_to_deaf(rcptest_scale(300), 0, RCP_ERR_TIMEOUT, NULL);
+}
+END_TEST
+
+START_TEST(sync_upload_io_timeout_peer_not_reading)
+{
+    upload_to_deaf(0, rcptest_scale(300), RCP_ERR_IO, "I/O timeout");
+}
+END_TEST
+
+typedef struct upload_call {
+    rcp_conn *c;
+    slow_source g;
+    rcp_reply *r;
+    atomic_int done;
+} upload_call;
+
+static void *upload_main(void *arg)
+{
+    upload_call *u = arg;
+    const char *set[2] = {"SET", "k"};
+    u->r = rcp_conn_command_argv_source(u->c, 2, set, NULL, &u->g.s);
+    atomic_store(&u->done, 1);
+    return NULL;
+}
+
+/* No deadline, no I/O timeout, a peer that reads nothing: the caller
+ * waits for room with nothing to end it but the close, which must end it
+ * (the socket is shut down under it) and return. */
+START_TEST(close_ends_sync_upload)
+{
+    deaf_peer d;
+    upload_call u;
+    pthread_t th;
+    long before;
+    memset(&u, 0, sizeof u);
+    u.c = deaf_open(&d, 0, 0);
+    slow_init(&u.g, 64u * 1024 * 1024);
+    settle();
+    ck_assert_int_eq(pthread_create(&th, NULL, upload_main, &u), 0);
+    /* Until the source stops being called: the socket is full. */
+    do {
+        before = atomic_load(&u.g.calls);
+        rcptest_sleep_ms(100);
+    } while (!atomic_load(&u.done) && (atomic_load(&u.g.calls) != before || before == 0));
+    ck_assert_msg(!atomic_load(&u.done), "the upload ended before the close: %s \"%s\"",
+                  u.r ? rcp_err_name(u.r->err) : "?", u.r && u.r->str ? u.r->str : "");
+    rcp_conn_close(u.c);
+    pthread_join(th, NULL);
+    ck_assert_ptr_nonnull(u.r);
+    ck_assert_msg(u.r->type == RCP_REPLY_ERROR &&
+                      (u.r->err == RCP_ERR_CLOSED || u.r->err == RCP_ERR_IO),
+                  "the upload ended with %s \"%s\"", rcp_err_name(u.r->err), u.r->str);
+    rcp_reply_free(u.r);
+    deaf_close(&d);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("source");
     RCPTEST_ADD(tc, short_source_closes_mid_bulk, deadline_mid_upload_drops,
-                cancel_queued_and_uploading, sendfile_peer_closes, ask_glued_to_source);
+                cancel_queued_and_uploading, sendfile_peer_closes, ask_glued_to_source,
+                sync_short_source_on_caller, sync_upload_deadline_peer_not_reading,
+                sync_upload_io_timeout_peer_not_reading, close_ends_sync_upload);
     return sim_run("sim-source", tc);
 }
