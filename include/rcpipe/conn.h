@@ -252,7 +252,7 @@ RCP_API rcp_reply *rcp_conn_command_argv_sink(rcp_conn *c, int argc, const char 
 
 /* Streaming writes (docs/large-values.md): the LAST argument of a command
  * comes from a source of known length instead of memory, pulled in chunks
- * (64 KiB) as the socket accepts them and never held whole: a value of
+ * (256 KiB) as the socket accepts them and never held whole: a value of
  * any size costs the connection one chunk buffer. The command's other
  * arguments are formatted as usual; the source is argument argc + 1 (SET
  * key <source>, APPEND key <source>, HSET h field <source>...).
