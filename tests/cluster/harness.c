@@ -354,7 +354,9 @@ int rcpc_start(rcpc_cluster *c, int masters, int replicas, const char *const *ex
     argv[n++] = "--replicas";
     argv[n++] = rbuf;
     argv[n++] = "--node-timeout";
-    argv[n++] = "1000";
+    /* RCPTEST_NODE_TIMEOUT_MS: for runs by hand that block a node longer
+     * (test_largevalues.c at hundreds of MiB). */
+    argv[n++] = getenv("RCPTEST_NODE_TIMEOUT_MS") ? getenv("RCPTEST_NODE_TIMEOUT_MS") : "1000";
     argv[n++] = "--dir";
     argv[n++] = c->dir;
     if (extra != NULL) {
