@@ -99,6 +99,20 @@ static void wait_kept(kept *k)
     ck_assert_msg(atomic_load(&k->done), "async reply did not come");
 }
 
+/* A source over a buffer in memory. */
+typedef struct mem_src {
+    const char *p;
+    size_t n;
+} mem_src;
+
+static ssize_t mem_src_fn(void *ud, char *buf, size_t cap, uint64_t off)
+{
+    mem_src *m = ud;
+    size_t k = m->n - (size_t)off < cap ? m->n - (size_t)off : cap;
+    memcpy(buf, m->p + off, k);
+    return (ssize_t)k;
+}
+
 START_TEST(tls_large_values)
 {
     size_t n = 8u << 20;
@@ -137,6 +151,30 @@ START_TEST(tls_large_values)
     wait_kept(&k);
     ck_assert_msg(rcpt_is_string(k.r, big, n), "8 MiB value read back (async)");
     rcp_reply_free(k.r);
+
+    /* Streamed from a source by a sync call: on the idle connection the
+     * caller's own thread encrypts and writes it (SSL_write per chunk,
+     * the socket's room waited for in poll). */
+    {
+        rcp_conn_stats a, b;
+        rcp_source src;
+        mem_src m = {big, n};
+        const char *set[2] = {"SET", "tls:big3"};
+        memset(&src, 0, sizeof src);
+        src.kind = RCP_SOURCE_CALLBACK;
+        src.len = n;
+        src.fn = mem_src_fn;
+        src.ud = &m;
+        big[1] ^= 1;
+        ck_assert_int_eq(rcp_conn_get_stats(conn, &a), RCP_OK);
+        expect_status(rcp_conn_command_argv_source(conn, 2, set, NULL, &src), "OK");
+        ck_assert_int_eq(rcp_conn_get_stats(conn, &b), RCP_OK);
+        ck_assert_uint_eq(b.sendfile_bytes, a.sendfile_bytes); /* never under TLS */
+        r = rcp_conn_command(conn, "GET %s", "tls:big3");
+        ck_assert_msg(rcpt_is_string(r, big, n), "8 MiB streamed value read back");
+        rcp_reply_free(r);
+        ck_assert_uint_eq(b.disconnects, a.disconnects);
+    }
     free(big);
 }
 END_TEST
