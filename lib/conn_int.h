@@ -455,10 +455,21 @@ static inline void conn_push_retire(struct rcp_conn *c)
         c->head = c->wr;
 }
 
+/* conn_io.c */
+/* Mutex held. Room for `len` more pending bytes: the bytes flushes took
+ * (pend_off) compacted away, or the buffer grown; -1 when out of memory. */
+int rcp__conn_pend_grow(struct rcp_conn *c, size_t len);
+
 /* conn.c */
 /* Mutex held. Room for `len` more pending bytes (pend_off compacted);
- * -1 when out of memory. */
-int rcp__conn_pend_reserve(struct rcp_conn *c, size_t len);
+ * -1 when out of memory. Inline: a request usually finds room and
+ * nothing to compact (rcp__conn_pend_grow's no-op case). */
+static inline int rcp__conn_pend_reserve(struct rcp_conn *c, size_t len)
+{
+    if (c->pend_len + len <= c->pend_cap && (!c->pend_off || c->pend_off < c->pend_cap / 2))
+        return 0;
+    return rcp__conn_pend_grow(c, len);
+}
 /* Queue one request (argv formatted under the mutex, or raw bytes):
  * rcp__conn_send_raw's contract. */
 int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,

@@ -102,6 +102,34 @@ static void expire(struct rcp_conn *c, uint64_t now)
 }
 
 /* ------------------------------------------------------------------ */
+/* the pending buffer: callers append to it, the flush takes from it    */
+
+/* Compacts the bytes the flushes took (pend_off) away and grows the
+ * buffer as needed; conn_int.h's rcp__conn_pend_reserve calls it only
+ * when there is something to do. */
+int rcp__conn_pend_grow(struct rcp_conn *c, size_t len)
+{
+    size_t used = c->pend_len - c->pend_off;
+    if (c->pend_off && (c->pend_off >= c->pend_cap / 2 || c->pend_len + len > c->pend_cap)) {
+        memmove(c->pend, c->pend + c->pend_off, used);
+        c->pend_len = used;
+        c->pend_off = 0;
+    }
+    if (c->pend_len + len > c->pend_cap) {
+        size_t n = c->pend_cap ? c->pend_cap : 4096;
+        char *p;
+        while (n < c->pend_len + len)
+            n *= 2;
+        p = rcp__realloc(c->pend, n);
+        if (!p)
+            return -1;
+        c->pend = p;
+        c->pend_cap = n;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
 /* the flush: write what callers queued                               */
 
 int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit, int sources)
