@@ -512,12 +512,21 @@ extra:
 /* ------------------------------------------------------------------ */
 /* the connection as a loop source                                     */
 
-static void serve(struct rcp_conn *c, uint32_t events);
+/* What a pass acts on, read with the mutex held by conn_process in the
+ * same critical section that claims the socket for the loop (loop_io):
+ * one mutex round per pass fewer. The cause is copied only for a close. */
+typedef struct serve_snap {
+    int state, need_close, code, need_read, closing;
+    char cause[512];
+} serve_snap;
+
+static void serve(struct rcp_conn *c, uint32_t events, serve_snap *sn);
 
 /* The loop's entry: readiness of the socket, or 0 when notified. */
 static void conn_process(rcp__loop_src *src, uint32_t events)
 {
     struct rcp_conn *c = conn_of_src(src);
+    serve_snap sn;
     pthread_mutex_lock(&c->mu);
     if (c->fast_active) {
         /* A lone caller owns the socket right now; it hands back. If the
@@ -546,42 +555,39 @@ static void conn_process(rcp__loop_src *src, uint32_t events)
     /* While the loop may read, no caller may take the fast path: both
      * would read the same socket. */
     c->loop_io = 1;
+    sn.state = c->state;
+    sn.need_close = c->need_close;
+    sn.need_read = c->need_read;
+    c->need_read = 0;
+    sn.code = c->close_code;
+    if (sn.need_close)
+        memcpy(sn.cause, c->close_msg, sizeof sn.cause);
+    /* Closing also finishes a connection that is already CLOSED (an
+     * RCP__CONN_ONCE one whose session ended): rcp_conn_close waits for
+     * `closed`, which only the failure path sets. */
+    sn.closing = c->closing && !c->closed;
+    if (sn.closing) {
+        sn.need_close = 1;
+        sn.code = RCP_ERR_CLOSED;
+        snprintf(sn.cause, sizeof sn.cause, "handle closed");
+    }
+    if (!(c->wake_pending && c->flush_opened_ns))
+        c->wake_pending = 0;
     pthread_mutex_unlock(&c->mu);
-    serve(c, events);
+    serve(c, events, &sn);
     pthread_mutex_lock(&c->mu);
     c->loop_io = 0;
     pthread_mutex_unlock(&c->mu);
 }
 
-static void serve(struct rcp_conn *c, uint32_t events)
+static void serve(struct rcp_conn *c, uint32_t events, serve_snap *sn)
 {
-    int state, need_close, code, need_read, closing;
-    char cause[512];
+    int state = sn->state, need_read = sn->need_read;
 
-    pthread_mutex_lock(&c->mu);
-    state = c->state;
-    need_close = c->need_close;
-    need_read = c->need_read;
-    c->need_read = 0;
-    code = c->close_code;
-    memcpy(cause, c->close_msg, sizeof cause);
-    /* Closing also finishes a connection that is already CLOSED (an
-     * RCP__CONN_ONCE one whose session ended): rcp_conn_close waits for
-     * `closed`, which only the failure path sets. */
-    closing = c->closing && !c->closed;
-    if (closing) {
-        need_close = 1;
-        code = RCP_ERR_CLOSED;
-        snprintf(cause, sizeof cause, "handle closed");
-    }
-    if (!(c->wake_pending && c->flush_opened_ns))
-        c->wake_pending = 0;
-    pthread_mutex_unlock(&c->mu);
-
-    if (state == RCP__ST_CLOSED && !closing)
+    if (state == RCP__ST_CLOSED && !sn->closing)
         return;
-    if (need_close) {
-        rcp__conn_fail(c, code, cause);
+    if (sn->need_close) {
+        rcp__conn_fail(c, sn->code, sn->cause);
         return;
     }
     if (state == RCP__ST_DISCONNECTED)
