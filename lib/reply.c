@@ -270,8 +270,9 @@ redisReader *rcp__reader_new_budget(rcp__reply_budget *b)
  * object); anything else, a header that is not plain digits as hiredis
  * reads them, a nil, a value not yet whole, a failed allocation, is left
  * to redisReaderGetReply, which then sees the reader as it was. After a
- * reply it drops the parsed bytes as hiredis does (once 1 KiB is
- * consumed). Returns 1 with *reply set, or 0. */
+ * reply it drops the parsed bytes (hiredis: once 1 KiB is consumed; here
+ * also once all is, and only when they are at least what is left).
+ * Returns 1 with *reply set, or 0. */
 int rcp__reader_fast(redisReader *rd, void **reply)
 {
     const char *p, *end;
@@ -304,7 +305,15 @@ int rcp__reader_fast(redisReader *rd, void **reply)
     if (charge_budget(rd->privdata, 1, n) < 0 || !(obj = string_node(REDIS_REPLY_STRING, p, n)))
         return 0;
     rd->pos = (size_t)(p - rd->buf) + n + 2;
-    if (rd->pos >= 1024) {
+    if (rd->pos == rd->len) {
+        /* All parsed (a read's last reply): emptied in place, as
+         * sdsrange would leave it, without its call and move. */
+        sdssetlen(rd->buf, 0);
+        rd->buf[0] = '\0';
+        rd->pos = rd->len = 0;
+    } else if (rd->pos >= 1024 && rd->pos >= rd->len - rd->pos) {
+        /* Once the parsed bytes outweigh the rest: each byte is moved
+         * about once, not once per KiB parsed before it. */
         sdsrange(rd->buf, (int)rd->pos, -1);
         rd->pos = 0;
         rd->len = sdslen(rd->buf);
