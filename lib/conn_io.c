@@ -214,19 +214,24 @@ static void arm(struct rcp_conn *c)
 
 int rcp__conn_account_written(struct rcp_conn *c)
 {
+    uint64_t wr = c->wr, stop = c->taken;
+    size_t off = c->wslot_off;
     int lowered = 0;
-    while (c->wr < c->taken && c->woff >= c->wslot_off + c->ring[c->wr & c->mask].len) {
-        if (c->so.on && c->wr == c->so.idx)
-            break; /* its head is out, its value is not */
-        if (c->head == c->wr) {
-            c->last_read_ns = rcp__now_ns(); /* the I/O timeout counts from here */
-            lowered |= conn_arm_io_timer(c);
-        }
-        c->wslot_off += c->ring[c->wr & c->mask].len;
-        c->wr++;
-        if (c->opt.cork)
-            atomic_store_explicit(&c->unheard, 1, memory_order_relaxed);
+    /* A source slot's head is out before its value: it stops the count. */
+    if (c->so.on && c->so.idx >= wr && c->so.idx < stop)
+        stop = c->so.idx;
+    while (wr < stop && c->woff >= off + c->ring[wr & c->mask].len)
+        off += c->ring[wr++ & c->mask].len;
+    if (wr == c->wr)
+        return 0;
+    if (c->head == c->wr) {
+        c->last_read_ns = rcp__now_ns(); /* the I/O timeout counts from here */
+        lowered = conn_arm_io_timer(c);
     }
+    c->wslot_off = off;
+    c->wr = wr;
+    if (c->opt.cork)
+        atomic_store_explicit(&c->unheard, 1, memory_order_relaxed);
     return lowered;
 }
 
