@@ -328,6 +328,16 @@ static int do_write(struct rcp_conn *c)
             c->wlen = c->woff = c->wslot_off = 0;
         if (rv == CONN_IO_YIELD)
             c->wake_pending = 1;
+        if (rv == CONN_IO_DONE && !c->wlen && c->taken == c->tail) {
+            /* All out and nothing queued meanwhile: what the next round
+             * would find and do (an empty take), without its mutex round. */
+            if (c->state == RCP__ST_READY || c->state == RCP__ST_HANDSHAKE) {
+                c->wake_pending = 0;
+                c->flush_opened_ns = 0;
+            }
+            pthread_mutex_unlock(&c->mu);
+            return 1;
+        }
         pthread_mutex_unlock(&c->mu);
         if (rv == CONN_IO_YIELD) {
             /* A large value: let the loop serve reads and other
