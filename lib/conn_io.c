@@ -264,7 +264,8 @@ static int stray_check(struct rcp_conn *c)
 }
 
 /* Loop thread. Write what can be written. Returns 0 if the connection
- * failed (already handled). */
+ * failed (already handled), 2 if all is out and the pass gave up the
+ * socket (loop_io cleared), else 1. */
 static int do_write(struct rcp_conn *c)
 {
     int rounds;
@@ -330,13 +331,16 @@ static int do_write(struct rcp_conn *c)
             c->wake_pending = 1;
         if (rv == CONN_IO_DONE && !c->wlen && c->taken == c->tail) {
             /* All out and nothing queued meanwhile: what the next round
-             * would find and do (an empty take), without its mutex round. */
+             * would find and do (an empty take), without its mutex round.
+             * The pass is done with the socket: it gives it up here
+             * (loop_io) rather than in one more round in conn_process. */
             if (c->state == RCP__ST_READY || c->state == RCP__ST_HANDSHAKE) {
                 c->wake_pending = 0;
                 c->flush_opened_ns = 0;
             }
+            c->loop_io = 0;
             pthread_mutex_unlock(&c->mu);
-            return 1;
+            return 2;
         }
         pthread_mutex_unlock(&c->mu);
         if (rv == CONN_IO_YIELD) {
@@ -535,7 +539,7 @@ typedef struct serve_snap {
     char cause[512];
 } serve_snap;
 
-static void serve(struct rcp_conn *c, uint32_t events, serve_snap *sn);
+static int serve(struct rcp_conn *c, uint32_t events, serve_snap *sn);
 
 /* The loop's entry: readiness of the socket, or 0 when notified. */
 static void conn_process(rcp__loop_src *src, uint32_t events)
@@ -589,39 +593,42 @@ static void conn_process(rcp__loop_src *src, uint32_t events)
     if (!(c->wake_pending && c->flush_opened_ns))
         c->wake_pending = 0;
     pthread_mutex_unlock(&c->mu);
-    serve(c, events, &sn);
+    if (serve(c, events, &sn))
+        return; /* do_write gave the socket up (loop_io) already */
     pthread_mutex_lock(&c->mu);
     c->loop_io = 0;
     pthread_mutex_unlock(&c->mu);
 }
 
-static void serve(struct rcp_conn *c, uint32_t events, serve_snap *sn)
+static int serve(struct rcp_conn *c, uint32_t events, serve_snap *sn)
 {
-    int state = sn->state, need_read = sn->need_read;
+    int state = sn->state, need_read = sn->need_read, wrote;
 
     if (state == RCP__ST_CLOSED && !sn->closing)
-        return;
+        return 0;
     if (sn->need_close) {
         rcp__conn_fail(c, sn->code, sn->cause);
-        return;
+        return 0;
     }
     if (state == RCP__ST_DISCONNECTED)
-        return;
+        return 0;
     if (state == RCP__ST_CONNECTING && !rcp__conn_finish_connect(c, events))
-        return;
+        return 0;
     if (need_read)
         arm(c);
     if (events & (RCP__EV_READ | RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP) || need_read) {
         if (!do_read(c, need_read || (events & (RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP))))
-            return;
+            return 0;
         /* Only the loop thread changes the state: once READY there is no
          * handshake left to finish, and no mutex round to pay per read. */
         if ((c->hs_failed || __atomic_load_n(&c->state, __ATOMIC_RELAXED) != RCP__ST_READY) &&
             !rcp__conn_check_handshake(c))
-            return;
+            return 0;
     }
-    if (do_write(c))
+    wrote = do_write(c);
+    if (wrote)
         rcp__conn_offer_lead(c);
+    return wrote == 2;
 }
 
 static uint64_t next_timer(struct rcp_conn *c)
