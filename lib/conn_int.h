@@ -4,8 +4,9 @@
  *
  *   conn.c          open, close, options, stats; the public send/command API
  *   conn_connect.c  socket connect, handshake, reconnect backoff, failure
- *   conn_io.c       the loop's side: flush (write the pending requests),
- *                   read, dispatch replies, timers
+ *   conn_io.c       the loop's side: flush (write the pending requests;
+ *                   the pending buffer's compaction and growth), read,
+ *                   dispatch replies, timers
  *   conn_fast.c     sync calls: the caller's own future, and the lone-caller
  *                   fast path (the caller does its own write and read)
  *   conn_sink.c     streaming reads: a request's bulk-string reply goes to
