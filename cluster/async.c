@@ -293,8 +293,13 @@ void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r)
     uint64_t delay = 0;
     int code = RCP_OK;
     char msg[300];
-    int act = rcp__retry_decide(cl, &cf->rq, (rcp__node *)f->data, r, &delay, &code, msg,
-                                sizeof msg);
+    /* Anything but an error is the answer (rcp__retry_decide's first
+     * rule): its call, which only resets the redirect state of a request
+     * given back now, is skipped on the common path. */
+    int act = r->type != RCP_REPLY_ERROR
+                  ? RCP__ACT_DONE
+                  : rcp__retry_decide(cl, &cf->rq, (rcp__node *)f->data, r, &delay, &code, msg,
+                                      sizeof msg);
     if (act == RCP__ACT_DONE) {
         if (cl->cache && cf->rq.has_slot && !(cf->rq.flags & RCP__CMD_READONLY))
             rcp__cache_drop_raw(cl, cf->rq.buf, cf->rq.len); /* as sync.c */

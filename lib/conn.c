@@ -125,28 +125,6 @@ static inline int conn_corked(struct rcp_conn *c)
     return 1;
 }
 
-int rcp__conn_pend_reserve(struct rcp_conn *c, size_t len)
-{
-    size_t used = c->pend_len - c->pend_off;
-    if (c->pend_off && (c->pend_off >= c->pend_cap / 2 || c->pend_len + len > c->pend_cap)) {
-        memmove(c->pend, c->pend + c->pend_off, used);
-        c->pend_len = used;
-        c->pend_off = 0;
-    }
-    if (c->pend_len + len > c->pend_cap) {
-        size_t n = c->pend_cap ? c->pend_cap : 4096;
-        char *p;
-        while (n < c->pend_len + len)
-            n *= 2;
-        p = rcp__realloc(c->pend, n);
-        if (!p)
-            return -1;
-        c->pend = p;
-        c->pend_cap = n;
-    }
-    return 0;
-}
-
 /* ------------------------------------------------------------------ */
 /* open / close                                                        */
 
@@ -455,36 +433,43 @@ void rcp_conn_close(rcp_conn *c)
 /* ------------------------------------------------------------------ */
 /* the request path                                                    */
 
-/* Mutex held. Wait for room for one request of len bytes. */
-/* Out of line: inlined, the compiler computes the timespec (a division)
- * before wait_room's loop, on every request, although it is needed only
- * when the queue is full. */
-static __attribute__((noinline)) int wait_space_until(struct rcp_conn *c, uint64_t deadline)
+/* Mutex held. Whether nslots requests of len bytes may be queued now:
+ * RCP_OK, an error, or ROOM_WAIT (the queue is full). Inline: every
+ * request passes here, and usually finds room. */
+enum { ROOM_WAIT = -1 };
+static inline int room_now(struct rcp_conn *c, size_t len, unsigned nslots)
 {
-    struct timespec ts;
-    ts.tv_sec = (time_t)(deadline / 1000000000ull);
-    ts.tv_nsec = (long)(deadline % 1000000000ull);
-    return pthread_cond_timedwait(&c->space_cv, &c->mu, &ts);
+    size_t pend = c->pend_len - c->pend_off;
+    if (c->closing || c->state == RCP__ST_CLOSED)
+        return RCP_ERR_CLOSED;
+    /* A new connection that has not tried yet queues (it connects on
+     * the loop's next pass); one waiting to reconnect fails fast. */
+    if (c->state == RCP__ST_DISCONNECTED && c->attempts)
+        return RCP_ERR_NOT_SENT;
+    if (c->tail - c->head + nslots <= c->opt.max_inflight &&
+        (pend == 0 || pend + len <= c->opt.max_pending_bytes))
+        return RCP_OK;
+    return ROOM_WAIT;
 }
 
-static int wait_room(struct rcp_conn *c, size_t len, unsigned nslots, uint64_t deadline)
+/* Mutex held, room_now said ROOM_WAIT: wait for room. Out of line, with
+ * its timespec's division: inlined, the compiler hoisted that onto every
+ * request. */
+static __attribute__((noinline)) int wait_room(struct rcp_conn *c, size_t len, unsigned nslots,
+                                               uint64_t deadline)
 {
     for (;;) {
-        size_t pend = c->pend_len - c->pend_off;
-        if (c->closing || c->state == RCP__ST_CLOSED)
-            return RCP_ERR_CLOSED;
-        /* A new connection that has not tried yet queues (it connects on
-         * the loop's next pass); one waiting to reconnect fails fast. */
-        if (c->state == RCP__ST_DISCONNECTED && c->attempts)
-            return RCP_ERR_NOT_SENT;
-        if (c->tail - c->head + nslots <= c->opt.max_inflight &&
-            (pend == 0 || pend + len <= c->opt.max_pending_bytes))
-            return RCP_OK;
+        struct timespec ts;
+        int rv = room_now(c, len, nslots);
+        if (rv != ROOM_WAIT)
+            return rv;
         if (c->opt.queue_policy == RCP_QUEUE_FAIL || rcp__loop_on_thread())
             return RCP_ERR_QUEUE_FULL;
         c->space_waiters++;
         if (deadline) {
-            int rv = wait_space_until(c, deadline);
+            ts.tv_sec = (time_t)(deadline / 1000000000ull);
+            ts.tv_nsec = (long)(deadline % 1000000000ull);
+            rv = pthread_cond_timedwait(&c->space_cv, &c->mu, &ts);
             c->space_waiters--;
             if (rv == ETIMEDOUT && rcp__now_ns() >= deadline)
                 return RCP_ERR_TIMEOUT;
@@ -555,7 +540,9 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
     if (n + (asking ? 1 : 0) > c->opt.max_inflight)
         return RCP_ERR_TOO_LARGE;
     pthread_mutex_lock(&c->mu);
-    rv = wait_room(c, total, (unsigned)(n + (asking ? 1 : 0)), deadline);
+    rv = room_now(c, total, (unsigned)(n + (asking ? 1 : 0)));
+    if (rv == ROOM_WAIT)
+        rv = wait_room(c, total, (unsigned)(n + (asking ? 1 : 0)), deadline);
     if (rv != RCP_OK) {
         pthread_mutex_unlock(&c->mu);
         return rv;
@@ -580,8 +567,8 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
         else
             rcp__format_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen);
         c->pend_len += d[i].len;
-        lowered |= push_slot(c, d[i].f, desc_deadline(c, &d[i], &now), d[i].len, d[i].sink,
-                             d[i].src, asking && i == 0 ? RCP__SLOT_GLUED : 0);
+        lowered |= push_slot(c, d[i].f, n == 1 ? deadline : desc_deadline(c, &d[i], &now),
+                             d[i].len, d[i].sink, d[i].src, asking && i == 0 ? RCP__SLOT_GLUED : 0);
     }
     conn_stat_add(&c->st.requests, n);
     if (!sources && caller_may_write(c, first)) { /* a source is the loop's to write */

@@ -4,8 +4,9 @@
  *
  *   conn.c          open, close, options, stats; the public send/command API
  *   conn_connect.c  socket connect, handshake, reconnect backoff, failure
- *   conn_io.c       the loop's side: flush (write the pending requests),
- *                   read, dispatch replies, timers
+ *   conn_io.c       the loop's side: flush (write the pending requests;
+ *                   the pending buffer's compaction and growth), read,
+ *                   dispatch replies, timers
  *   conn_fast.c     sync calls: the caller's own future, and the lone-caller
  *                   fast path (the caller does its own write and read)
  *   conn_sink.c     streaming reads: a request's bulk-string reply goes to
@@ -469,10 +470,21 @@ static inline void conn_push_retire(struct rcp_conn *c)
         c->head = c->wr;
 }
 
+/* conn_io.c */
+/* Mutex held. Room for `len` more pending bytes: the bytes flushes took
+ * (pend_off) compacted away, or the buffer grown; -1 when out of memory. */
+int rcp__conn_pend_grow(struct rcp_conn *c, size_t len);
+
 /* conn.c */
 /* Mutex held. Room for `len` more pending bytes (pend_off compacted);
- * -1 when out of memory. */
-int rcp__conn_pend_reserve(struct rcp_conn *c, size_t len);
+ * -1 when out of memory. Inline: a request usually finds room and
+ * nothing to compact (rcp__conn_pend_grow's no-op case). */
+static inline int rcp__conn_pend_reserve(struct rcp_conn *c, size_t len)
+{
+    if (c->pend_len + len <= c->pend_cap && (!c->pend_off || c->pend_off < c->pend_cap / 2))
+        return 0;
+    return rcp__conn_pend_grow(c, len);
+}
 /* Queue one request (argv formatted under the mutex, or raw bytes):
  * rcp__conn_send_raw's contract. */
 int rcp__conn_enqueue(struct rcp_conn *c, rcp_future *f, int argc, const char **argv,

@@ -102,6 +102,34 @@ static void expire(struct rcp_conn *c, uint64_t now)
 }
 
 /* ------------------------------------------------------------------ */
+/* the pending buffer: callers append to it, the flush takes from it    */
+
+/* Compacts the bytes the flushes took (pend_off) away and grows the
+ * buffer as needed; conn_int.h's rcp__conn_pend_reserve calls it only
+ * when there is something to do. */
+int rcp__conn_pend_grow(struct rcp_conn *c, size_t len)
+{
+    size_t used = c->pend_len - c->pend_off;
+    if (c->pend_off && (c->pend_off >= c->pend_cap / 2 || c->pend_len + len > c->pend_cap)) {
+        memmove(c->pend, c->pend + c->pend_off, used);
+        c->pend_len = used;
+        c->pend_off = 0;
+    }
+    if (c->pend_len + len > c->pend_cap) {
+        size_t n = c->pend_cap ? c->pend_cap : 4096;
+        char *p;
+        while (n < c->pend_len + len)
+            n *= 2;
+        p = rcp__realloc(c->pend, n);
+        if (!p)
+            return -1;
+        c->pend = p;
+        c->pend_cap = n;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
 /* the flush: write what callers queued                               */
 
 int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit, int sources)
@@ -186,19 +214,24 @@ static void arm(struct rcp_conn *c)
 
 int rcp__conn_account_written(struct rcp_conn *c)
 {
+    uint64_t wr = c->wr, stop = c->taken;
+    size_t off = c->wslot_off;
     int lowered = 0;
-    while (c->wr < c->taken && c->woff >= c->wslot_off + c->ring[c->wr & c->mask].len) {
-        if (c->so.on && c->wr == c->so.idx)
-            break; /* its head is out, its value is not */
-        if (c->head == c->wr) {
-            c->last_read_ns = rcp__now_ns(); /* the I/O timeout counts from here */
-            lowered |= conn_arm_io_timer(c);
-        }
-        c->wslot_off += c->ring[c->wr & c->mask].len;
-        c->wr++;
-        if (c->opt.cork)
-            atomic_store_explicit(&c->unheard, 1, memory_order_relaxed);
+    /* A source slot's head is out before its value: it stops the count. */
+    if (c->so.on && c->so.idx >= wr && c->so.idx < stop)
+        stop = c->so.idx;
+    while (wr < stop && c->woff >= off + c->ring[wr & c->mask].len)
+        off += c->ring[wr++ & c->mask].len;
+    if (wr == c->wr)
+        return 0;
+    if (c->head == c->wr) {
+        c->last_read_ns = rcp__now_ns(); /* the I/O timeout counts from here */
+        lowered = conn_arm_io_timer(c);
     }
+    c->wslot_off = off;
+    c->wr = wr;
+    if (c->opt.cork)
+        atomic_store_explicit(&c->unheard, 1, memory_order_relaxed);
     return lowered;
 }
 
@@ -231,7 +264,8 @@ static int stray_check(struct rcp_conn *c)
 }
 
 /* Loop thread. Write what can be written. Returns 0 if the connection
- * failed (already handled). */
+ * failed (already handled), 2 if all is out and the pass gave up the
+ * socket (loop_io cleared), else 1. */
 static int do_write(struct rcp_conn *c)
 {
     int rounds;
@@ -295,6 +329,19 @@ static int do_write(struct rcp_conn *c)
             c->wlen = c->woff = c->wslot_off = 0;
         if (rv == CONN_IO_YIELD)
             c->wake_pending = 1;
+        if (rv == CONN_IO_DONE && !c->wlen && c->taken == c->tail) {
+            /* All out and nothing queued meanwhile: what the next round
+             * would find and do (an empty take), without its mutex round.
+             * The pass is done with the socket: it gives it up here
+             * (loop_io) rather than in one more round in conn_process. */
+            if (c->state == RCP__ST_READY || c->state == RCP__ST_HANDSHAKE) {
+                c->wake_pending = 0;
+                c->flush_opened_ns = 0;
+            }
+            c->loop_io = 0;
+            pthread_mutex_unlock(&c->mu);
+            return 2;
+        }
         pthread_mutex_unlock(&c->mu);
         if (rv == CONN_IO_YIELD) {
             /* A large value: let the loop serve reads and other
@@ -484,12 +531,21 @@ extra:
 /* ------------------------------------------------------------------ */
 /* the connection as a loop source                                     */
 
-static void serve(struct rcp_conn *c, uint32_t events);
+/* What a pass acts on, read with the mutex held by conn_process in the
+ * same critical section that claims the socket for the loop (loop_io):
+ * one mutex round per pass fewer. The cause is copied only for a close. */
+typedef struct serve_snap {
+    int state, need_close, code, need_read, closing;
+    char cause[512];
+} serve_snap;
+
+static int serve(struct rcp_conn *c, uint32_t events, serve_snap *sn);
 
 /* The loop's entry: readiness of the socket, or 0 when notified. */
 static void conn_process(rcp__loop_src *src, uint32_t events)
 {
     struct rcp_conn *c = conn_of_src(src);
+    serve_snap sn;
     pthread_mutex_lock(&c->mu);
     if (c->fast_active) {
         /* A lone caller owns the socket right now; it hands back. If the
@@ -518,61 +574,61 @@ static void conn_process(rcp__loop_src *src, uint32_t events)
     /* While the loop may read, no caller may take the fast path: both
      * would read the same socket. */
     c->loop_io = 1;
+    sn.state = c->state;
+    sn.need_close = c->need_close;
+    sn.need_read = c->need_read;
+    c->need_read = 0;
+    sn.code = c->close_code;
+    if (sn.need_close)
+        memcpy(sn.cause, c->close_msg, sizeof sn.cause);
+    /* Closing also finishes a connection that is already CLOSED (an
+     * RCP__CONN_ONCE one whose session ended): rcp_conn_close waits for
+     * `closed`, which only the failure path sets. */
+    sn.closing = c->closing && !c->closed;
+    if (sn.closing) {
+        sn.need_close = 1;
+        sn.code = RCP_ERR_CLOSED;
+        snprintf(sn.cause, sizeof sn.cause, "handle closed");
+    }
+    if (!(c->wake_pending && c->flush_opened_ns))
+        c->wake_pending = 0;
     pthread_mutex_unlock(&c->mu);
-    serve(c, events);
+    if (serve(c, events, &sn))
+        return; /* do_write gave the socket up (loop_io) already */
     pthread_mutex_lock(&c->mu);
     c->loop_io = 0;
     pthread_mutex_unlock(&c->mu);
 }
 
-static void serve(struct rcp_conn *c, uint32_t events)
+static int serve(struct rcp_conn *c, uint32_t events, serve_snap *sn)
 {
-    int state, need_close, code, need_read, closing;
-    char cause[512];
+    int state = sn->state, need_read = sn->need_read, wrote;
 
-    pthread_mutex_lock(&c->mu);
-    state = c->state;
-    need_close = c->need_close;
-    need_read = c->need_read;
-    c->need_read = 0;
-    code = c->close_code;
-    memcpy(cause, c->close_msg, sizeof cause);
-    /* Closing also finishes a connection that is already CLOSED (an
-     * RCP__CONN_ONCE one whose session ended): rcp_conn_close waits for
-     * `closed`, which only the failure path sets. */
-    closing = c->closing && !c->closed;
-    if (closing) {
-        need_close = 1;
-        code = RCP_ERR_CLOSED;
-        snprintf(cause, sizeof cause, "handle closed");
-    }
-    if (!(c->wake_pending && c->flush_opened_ns))
-        c->wake_pending = 0;
-    pthread_mutex_unlock(&c->mu);
-
-    if (state == RCP__ST_CLOSED && !closing)
-        return;
-    if (need_close) {
-        rcp__conn_fail(c, code, cause);
-        return;
+    if (state == RCP__ST_CLOSED && !sn->closing)
+        return 0;
+    if (sn->need_close) {
+        rcp__conn_fail(c, sn->code, sn->cause);
+        return 0;
     }
     if (state == RCP__ST_DISCONNECTED)
-        return;
+        return 0;
     if (state == RCP__ST_CONNECTING && !rcp__conn_finish_connect(c, events))
-        return;
+        return 0;
     if (need_read)
         arm(c);
     if (events & (RCP__EV_READ | RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP) || need_read) {
         if (!do_read(c, need_read || (events & (RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP))))
-            return;
+            return 0;
         /* Only the loop thread changes the state: once READY there is no
          * handshake left to finish, and no mutex round to pay per read. */
         if ((c->hs_failed || __atomic_load_n(&c->state, __ATOMIC_RELAXED) != RCP__ST_READY) &&
             !rcp__conn_check_handshake(c))
-            return;
+            return 0;
     }
-    if (do_write(c))
+    wrote = do_write(c);
+    if (wrote)
         rcp__conn_offer_lead(c);
+    return wrote == 2;
 }
 
 static uint64_t next_timer(struct rcp_conn *c)

@@ -93,7 +93,7 @@ static void *small_get(void)
     return b;
 }
 
-static rcp_reply *alloc_node(int type, size_t extra)
+static inline __attribute__((always_inline)) rcp_reply *alloc_node(int type, size_t extra)
 {
     int small = extra <= SMALL_BYTES - sizeof(rcp_reply);
     rcp_reply *r = small ? small_get() : rcp__malloc(sizeof(*r) + extra);
@@ -133,20 +133,24 @@ static int grow_to(rcp_reply *a, size_t idx)
 }
 
 /* Counts n more bytes of the reply being read against the reader's
- * budget (if it has one); 0, or -1 once past it. A task without a parent
- * starts a new reply. */
-static int charge(const redisReadTask *task, size_t n)
+ * budget b (if it has one); 0, or -1 once past it. top: the object
+ * starts a new reply (a task without a parent). */
+static inline int charge_budget(rcp__reply_budget *b, int top, size_t n)
 {
-    rcp__reply_budget *b = task->privdata;
     if (!b)
         return 0;
-    if (!task->parent)
+    if (top)
         b->used = 0;
     b->used += n + sizeof(rcp_reply);
     if (b->used <= b->max)
         return 0;
     b->exceeded = 1;
     return -1;
+}
+
+static int charge(const redisReadTask *task, size_t n)
+{
+    return charge_budget(task->privdata, !task->parent, n);
 }
 
 static void *attach(const redisReadTask *task, rcp_reply *r)
@@ -174,13 +178,12 @@ static void *attach(const redisReadTask *task, rcp_reply *r)
     return r;
 }
 
-static void *create_string(const redisReadTask *task, char *str, size_t len)
+/* A string, status or error object: one block, header and bytes. */
+static inline __attribute__((always_inline)) rcp_reply *string_node(int type, const char *str,
+                                                                    size_t len)
 {
-    rcp_reply *r;
+    rcp_reply *r = alloc_node(type, len + 1);
     char *dst;
-    if (len > (size_t)-1 - sizeof(*r) - 1 || charge(task, len) < 0)
-        return NULL;
-    r = alloc_node(task->type, len + 1);
     if (!r)
         return NULL;
     dst = (char *)(r + 1);
@@ -188,7 +191,14 @@ static void *create_string(const redisReadTask *task, char *str, size_t len)
     dst[len] = '\0';
     r->str = dst;
     r->len = len;
-    return attach(task, r);
+    return r;
+}
+
+static void *create_string(const redisReadTask *task, char *str, size_t len)
+{
+    if (len > (size_t)-1 - sizeof(rcp_reply) - 1 || charge(task, len) < 0)
+        return NULL;
+    return attach(task, string_node(task->type, str, len));
 }
 
 static void *create_array(const redisReadTask *task, int elements)
@@ -255,19 +265,19 @@ redisReader *rcp__reader_new_budget(rcp__reply_budget *b)
  * the reader's cursor with no reply in progress, built without hiredis's
  * task machinery: hiredis spends about 220 instructions per GET reply in
  * redisReaderGetReply and its helpers, this about 110 (the object built
- * by create_string aside). What it builds is what hiredis would
+ * as create_string builds it aside). What it builds is what hiredis would
  * (create_string with a top-level task: the same budget charge, the same
  * object); anything else, a header that is not plain digits as hiredis
  * reads them, a nil, a value not yet whole, a failed allocation, is left
  * to redisReaderGetReply, which then sees the reader as it was. After a
- * reply it drops the parsed bytes as hiredis does (once 1 KiB is
- * consumed). Returns 1 with *reply set, or 0. */
+ * reply it drops the parsed bytes (hiredis: once 1 KiB is consumed; here
+ * also once all is, and only when they are at least what is left).
+ * Returns 1 with *reply set, or 0. */
 int rcp__reader_fast(redisReader *rd, void **reply)
 {
     const char *p, *end;
     size_t n = 0, avail;
     int digits;
-    redisReadTask task;
     void *obj;
     if (rd->err || rd->pos >= rd->len || rd->buf[rd->pos] != '$' ||
         rd->fn != &rcp__reply_functions ||
@@ -290,17 +300,20 @@ int rcp__reader_fast(redisReader *rd, void **reply)
     avail = (size_t)(end - p);
     if (avail < 2 || avail - 2 < n)
         return 0;
-    task.type = REDIS_REPLY_STRING;
-    task.elements = -1;
-    task.idx = -1;
-    task.obj = NULL;
-    task.parent = NULL;
-    task.privdata = rd->privdata;
-    obj = create_string(&task, (char *)p, n);
-    if (!obj)
+    /* create_string's work for a top-level task, inline, without a task
+     * or attach (n has at most 18 digits: no overflow check needed). */
+    if (charge_budget(rd->privdata, 1, n) < 0 || !(obj = string_node(REDIS_REPLY_STRING, p, n)))
         return 0;
     rd->pos = (size_t)(p - rd->buf) + n + 2;
-    if (rd->pos >= 1024) {
+    if (rd->pos == rd->len) {
+        /* All parsed (a read's last reply): emptied in place, as
+         * sdsrange would leave it, without its call and move. */
+        sdssetlen(rd->buf, 0);
+        rd->buf[0] = '\0';
+        rd->pos = rd->len = 0;
+    } else if (rd->pos >= 1024 && rd->pos >= rd->len - rd->pos) {
+        /* Once the parsed bytes outweigh the rest: each byte is moved
+         * about once, not once per KiB parsed before it. */
         sdsrange(rd->buf, (int)rd->pos, -1);
         rd->pos = 0;
         rd->len = sdslen(rd->buf);
