@@ -215,11 +215,11 @@ static uint64_t lead_candidate(struct rcp_conn *c)
  * is a record, and the server reads a record at a time: every write
  * costs it a read, a reply write and a pass of its event loop, and the
  * leader's read of each reply record is the occasion for the next thin
- * write, so the writes in flight never merge (docs/tls.md, "Why 64 sync
- * threads missed 2x"). Held, the callers that come during one round
- * trip ride in one write. Not held: a flush's worth queued (the caps of
- * conn_io.c), or a request whose deadline comes before ours (it must not
- * wait for a reply that may come after it). */
+ * write, so the number of writes in flight never goes down (docs/tls.md,
+ * "What thinned the batches under TLS"). Held, the callers that come
+ * during one round trip ride in one write. Not held: a flush's worth
+ * queued (the caps of conn_io.c), or a request whose deadline comes
+ * before ours (it must not wait for a reply that may come after it). */
 static int lead_holds(struct rcp_conn *c, uint64_t own)
 {
     uint64_t i, mine = c->ring[own & c->mask].deadline;
@@ -394,7 +394,8 @@ static rcp_reply *fast_timeout(struct rcp_conn *c, uint64_t idx)
 /* The thread on the socket (a lone caller after its write, or a waiting
  * caller handed the lead), its request `own` written: read replies in
  * order up to its own, resolving each (a sleeping caller is woken once),
- * and before each blocking read write what callers queued behind it.
+ * and before each blocking read write what callers queued behind it
+ * (under TLS only when lead_holds says so).
  * Then pass the socket on (fast_leave). Returns its reply, or NULL if the
  * socket went to the loop before its reply came (then wait on s). */
 static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint64_t deadline)
