@@ -208,6 +208,34 @@ static uint64_t lead_candidate(struct rcp_conn *c)
     return last;
 }
 
+/* Mutex held, by the thread on the socket waiting for its reply to `own`,
+ * callers queued behind it: whether to hold their requests until its
+ * reply is in (fast_leave then writes them all as one batch) instead of
+ * writing them before its next read. In plain text they go at once: a
+ * server's read takes every write that has arrived, so an early write
+ * costs it nothing when it lands in the same read. Under TLS each write
+ * is a record, and the server reads a record at a time: every write
+ * costs it a read, a reply write and a pass of its event loop, and the
+ * leader's read of each reply record is the occasion for the next thin
+ * write, so the number of writes in flight never goes down (docs/tls.md,
+ * "What thinned the batches under TLS"). Held, the callers that come
+ * during one round trip ride in one write. Not held: a flush's worth
+ * queued (the caps of conn_io.c), or a request whose deadline comes
+ * before ours (it must not wait for a reply that may come after it). */
+static int lead_holds(struct rcp_conn *c, uint64_t own)
+{
+    uint64_t i, mine = c->ring[own & c->mask].deadline;
+    if (!c->tls || c->tail - c->taken >= c->opt.max_batch_commands ||
+        c->pend_len - c->pend_off >= c->opt.max_batch_bytes)
+        return 0;
+    for (i = c->taken; i < c->tail; i++) {
+        uint64_t d = c->ring[i & c->mask].deadline;
+        if (d && (!mine || d < mine))
+            return 0;
+    }
+    return 1;
+}
+
 /* Mutex held, by the thread on the socket. Write the queued requests of
  * [taken, j] as one batch (more flushes if it passes a flush's caps).
  * Returns 1 once written; 0 if the socket went to the loop (a full socket
@@ -368,7 +396,8 @@ static rcp_reply *fast_timeout(struct rcp_conn *c, uint64_t idx)
 /* The thread on the socket (a lone caller after its write, or a waiting
  * caller handed the lead), its request `own` written: read replies in
  * order up to its own, resolving each (a sleeping caller is woken once),
- * and before each blocking read write what callers queued behind it.
+ * and before each blocking read write what callers queued behind it
+ * (under TLS only when lead_holds says so).
  * Then pass the socket on (fast_leave). Returns its reply, or NULL if the
  * socket went to the loop before its reply came (then wait on s). */
 static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint64_t deadline)
@@ -413,7 +442,7 @@ static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint
             uint64_t q;
             pthread_mutex_lock(&c->mu);
             atomic_store_explicit(&c->behind, 0, memory_order_relaxed);
-            q = lead_candidate(c);
+            q = lead_holds(c, own) ? UINT64_MAX : lead_candidate(c);
             if (q != UINT64_MAX && !write_queued(c, q))
                 goto handed;
             pthread_mutex_unlock(&c->mu);

@@ -489,8 +489,30 @@ ssize_t rcp__tls_read(struct rcp_conn *c, char *buf, size_t cap, int flags)
     ok = SSL_read_ex(t->ssl, buf, cap, &n);
     err = errno;
     t->rflags = MSG_DONTWAIT;
-    if (ok)
+    if (ok) {
+        /* SSL_read returns one record's bytes; read-ahead may have brought
+         * more records in the same recv(). Take them now, without waiting:
+         * the replies to two writes are then one read for the caller, as
+         * in plain text, instead of two (between which a leading caller
+         * would write what queued meanwhile, one more thin batch). */
+        while (n < cap && SSL_has_pending(t->ssl)) {
+            size_t more = 0;
+            ERR_clear_error();
+            errno = 0;
+            if (!SSL_read_ex(t->ssl, buf + n, cap - n, &more)) {
+                err = errno;
+                e = SSL_get_error(t->ssl, 0);
+                if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE &&
+                    e != SSL_ERROR_ZERO_RETURN)
+                    describe(t, e, err, "read"); /* the next call reports it */
+                else
+                    ERR_clear_error();
+                break; /* a close_notify comes again on the next call */
+            }
+            n += more;
+        }
         return (ssize_t)n;
+    }
     e = SSL_get_error(t->ssl, 0);
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
         errno = EAGAIN;

@@ -2,7 +2,8 @@
  * (--port 0 --tls-port): sync commands on the lone-caller path, values
  * larger than a TLS record and larger than the socket buffer, 16 threads
  * pipelining async INCRs whose totals must add up (fewer flushes than
- * requests), a client certificate for tls-auth-clients yes, kill -9 and
+ * requests), 16 threads of sync INCRs (each caller its own reply), a
+ * client certificate for tls-auth-clients yes, kill -9 and
  * restart (reconnect with a new handshake), and the application-loop
  * driver (libevent) over TLS. */
 #include <check.h>
@@ -256,6 +257,59 @@ START_TEST(tls_pipelined_threads)
 }
 END_TEST
 
+/* 16 threads each make 1,000 sync INCRs on their own key, so every reply
+ * must be the next integer of that thread's count: callers queue behind
+ * each other, leaders hold what queues behind them until their own reply
+ * is in (conn_fast.c, lead_holds) and write it as one batch, and each
+ * caller still gets its own reply. Fewer writes than commands. */
+#define ST_THREADS 16
+#define ST_PER 1000
+
+typedef struct st_arg {
+    int id;
+    int bad;
+    char why[200];
+} st_arg;
+
+static void *st_main(void *p)
+{
+    st_arg *a = p;
+    char key[32];
+    snprintf(key, sizeof key, "tls:sync%d", a->id);
+    for (long long i = 1; i <= ST_PER && !a->bad; i++) {
+        rcp_reply *r = rcp_conn_command(conn, "INCR %s", key);
+        if (!r || r->type != RCP_REPLY_INTEGER || r->integer != i) {
+            char d[120];
+            a->bad = 1;
+            snprintf(a->why, sizeof a->why, "%s: reply %lld is %s", key, i,
+                     rcptest_describe(r, d, sizeof d));
+        }
+        rcp_reply_free(r);
+    }
+    return NULL;
+}
+
+START_TEST(tls_sync_threads)
+{
+    static st_arg args[ST_THREADS];
+    pthread_t th[ST_THREADS];
+    rcp_conn_stats st;
+    start_and_open(NULL, 0);
+    for (int t = 0; t < ST_THREADS; t++) {
+        memset(&args[t], 0, sizeof args[t]);
+        args[t].id = t;
+        pthread_create(&th[t], NULL, st_main, &args[t]);
+    }
+    for (int t = 0; t < ST_THREADS; t++)
+        pthread_join(th[t], NULL);
+    for (int t = 0; t < ST_THREADS; t++)
+        ck_assert_msg(!args[t].bad, "%s", args[t].why);
+    ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
+    ck_assert_msg(st.batches < st.commands_written, "writes %llu for %llu commands",
+                  (unsigned long long)st.batches, (unsigned long long)st.commands_written);
+}
+END_TEST
+
 /* tls-auth-clients yes: our client certificate, signed by the CA the
  * server trusts, is accepted. */
 START_TEST(tls_client_certificate)
@@ -429,7 +483,7 @@ static void add_tests(TCase *tc)
 {
     tcase_add_checked_fixture(tc, NULL, teardown);
     RCPTEST_ADD(tc, tls_sync_fast_path, tls_large_values, tls_pipelined_threads,
-                tls_client_certificate, tls_reconnect_after_kill, tls_session_resumed,
+                tls_sync_threads, tls_client_certificate, tls_reconnect_after_kill, tls_session_resumed,
                 tls_application_loop);
 }
 
