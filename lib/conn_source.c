@@ -305,8 +305,11 @@ int rcp__conn_source_write(struct rcp_conn *c)
 
 /* Wait (poll) until the socket may take more bytes, up to `until` (ns,
  * 0: none) and at most 100 ms a call, so a close (which shuts the socket
- * down) or a passed deadline is seen. Under TLS a write may need a read
- * first (SSL_ERROR_WANT_READ maps to CONN_IO_AGAIN too): either wakes. */
+ * down) or a passed deadline is seen. Writability only, under TLS too:
+ * waking on readable data would spin while a server that sent something
+ * (an error before it closes) leaves the socket full. A TLS write that
+ * needs a read first (renegotiation; SSL_ERROR_WANT_READ maps to
+ * CONN_IO_AGAIN too) is retried at the 100 ms cap, never busy. */
 static void upload_wait(struct rcp_conn *c, uint64_t until)
 {
     struct pollfd p;
@@ -318,7 +321,7 @@ static void upload_wait(struct rcp_conn *c, uint64_t until)
             ms = (int)left;
     }
     p.fd = c->fd;
-    p.events = POLLOUT | (c->tls ? POLLIN : 0);
+    p.events = POLLOUT;
     p.revents = 0;
     poll(&p, 1, ms);
 }
