@@ -90,6 +90,13 @@ START_TEST(readers_against_a_swapping_writer)
     for (i = 0; i < 4; i++)
         pthread_create(&r[i], NULL, reader, (void *)(uintptr_t)(i * 977));
     pthread_create(&mv, NULL, mover, NULL);
+    /* The readers must be running before the swaps start: on a loaded
+     * machine the 300 swaps (nothing to wait for in a grace period while
+     * no reader is inside one) were once all done before any reader had
+     * run, and the test saw no lookup at all. */
+    while (atomic_load(&lookups) < 1000 && time(NULL) < t0 + 10)
+        sched_yield();
+    t0 = time(NULL);
     /* 300 swaps, or 3 s of them (sanitized builds are slower). */
     for (gen = 1; gen <= 300 && (gen < 10 || time(NULL) < t0 + 3); gen++) {
         rcp__map *old = rcu_xchg_pointer(&published, make_map(gen));
