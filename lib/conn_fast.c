@@ -12,7 +12,7 @@
  * nobody is on the socket, or for what a caller cannot do (async
  * futures, whose callbacks run on a loop thread; a partial write). A lone
  * caller whose value streams from a source uploads it itself
- * (try_fast_source), then reads as any lone caller. Both
+ * (fast_upload), then reads as any lone caller. Both
  * use the same write and read helpers as the loop (conn_int.h), and hand
  * the socket back to the loop on anything unusual (partial write,
  * timeout, error, stray bytes). */

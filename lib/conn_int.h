@@ -92,7 +92,7 @@ typedef struct rcp__slot {
 
 /* The streamed write in progress (conn_source.c). A source slot is always
  * the last of the flush that takes it (only the loop takes one; a lone
- * sync caller claims its own, try_fast_source), and is counted written
+ * sync caller claims its own, try_fast), and is counted written
  * (moves past wr) only once its value and CRLF are out. `on` and `idx`
  * change under the mutex (a cancel and expire() read them); the rest is
  * the uploading thread's: the loop's, or the caller's while it has the
