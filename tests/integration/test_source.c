@@ -307,6 +307,23 @@ START_TEST(fd_source_pipe)
 }
 END_TEST
 
+/* SET key from the fd source s (n bytes of rcpt_pattern(., seed)) on
+ * conn: OK, all of it sent with sendfile (a file in plain text), read
+ * back intact. *a and *b: the stats before and after the SET. */
+static void set_file_checked(const char *key, const rcp_source *s, size_t n, unsigned seed,
+                             rcp_conn_stats *a, rcp_conn_stats *b)
+{
+    char d[256];
+    rcp_reply *r;
+    ck_assert_int_eq(rcp_conn_get_stats(conn, a), RCP_OK);
+    r = set_source(key, s);
+    ck_assert_msg(rcpt_is_status(r, "OK"), "%s", rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    ck_assert_int_eq(rcp_conn_get_stats(conn, b), RCP_OK);
+    ck_assert_uint_eq(b->sendfile_bytes - a->sendfile_bytes, n);
+    ck_assert(value_is(key, n, seed));
+}
+
 START_TEST(fd_source_at_offset)
 {
     const size_t n = 2 * MIB + 5, skip = 1000;
@@ -330,14 +347,7 @@ START_TEST(fd_source_at_offset)
     s.fd = fd;
     s.offset = (off_t)skip;
     s.len = n;
-    ck_assert_int_eq(rcp_conn_get_stats(conn, &a), RCP_OK);
-    r = set_source("src:file", &s);
-    ck_assert_msg(rcpt_is_status(r, "OK"), "%s", rcptest_describe(r, d, sizeof d));
-    rcp_reply_free(r);
-    ck_assert_int_eq(rcp_conn_get_stats(conn, &b), RCP_OK);
-    /* A file in plain text: the value went with sendfile, all of it. */
-    ck_assert_uint_eq(b.sendfile_bytes - a.sendfile_bytes, n);
-    ck_assert(value_is("src:file", n, 9));
+    set_file_checked("src:file", &s, n, 9, &a, &b);
 
     /* A file shorter than announced: the source ends early. */
     s.len = n + 10; /* 4 bytes of "tail", then end of file */
@@ -462,14 +472,8 @@ START_TEST(sync_upload_paths)
     fs.fd = fd;
     fs.len = n;
     for (i = 0, took = 0; i < 5 && !took; i++) {
-        ck_assert_int_eq(rcp_conn_get_stats(conn, &a), RCP_OK);
-        r = set_source("src:caller-file", &fs);
-        ck_assert_msg(rcpt_is_status(r, "OK"), "%s", rcptest_describe(r, d, sizeof d));
-        rcp_reply_free(r);
-        ck_assert_int_eq(rcp_conn_get_stats(conn, &b), RCP_OK);
-        ck_assert_uint_eq(b.sendfile_bytes - a.sendfile_bytes, n);
+        set_file_checked("src:caller-file", &fs, n, seed + 1, &a, &b);
         took = b.caller_uploads > a.caller_uploads;
-        ck_assert(value_is("src:caller-file", n, seed + 1));
     }
     ck_assert_msg(took, "no file upload on the caller's thread in 5 sync calls");
     close(fd);
