@@ -625,6 +625,12 @@ static int serve(struct rcp_conn *c, uint32_t events, serve_snap *sn)
             !rcp__conn_check_handshake(c))
             return 0;
     }
+    if (events && c->loop->batch_pass && __atomic_load_n(&c->state, __ATOMIC_RELAXED) == RCP__ST_READY) {
+        /* Other sockets of this pass may have replies whose callbacks
+         * send here: write once, when the pass is over (loop.h). */
+        rcp__loop_notify(c->loop, &c->src);
+        return 0;
+    }
     wrote = do_write(c);
     if (wrote)
         rcp__conn_offer_lead(c);

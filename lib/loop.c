@@ -49,6 +49,7 @@ void rcp__loop_base_init(rcp__loop *l, const rcp__loop_driver *drv)
     pthread_mutex_init(&l->mu, NULL);
     l->srcs = NULL;
     l->nsrcs = l->capsrcs = 0;
+    l->batch_pass = 0;
 }
 
 void rcp__loop_base_fini(rcp__loop *l)

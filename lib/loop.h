@@ -111,6 +111,11 @@ struct rcp__loop {
     pthread_mutex_t mu;             /* guards srcs */
     rcp__loop_src **srcs;
     size_t nsrcs, capsrcs;
+    /* Set by the loop thread while it serves a pass of more than one
+     * ready socket: a connection then leaves its write to the end of the
+     * pass (rcp__loop_notify), so what the other sockets' callbacks send
+     * it rides in the same write. Read and written by that thread only. */
+    int batch_pass;
 };
 
 /* Creates and starts an epoll I/O loop thread (driver one); NULL on

@@ -99,6 +99,7 @@ static void *loop_main(void *arg)
             timeout = 0;
         n = wait_events(l, evs, 64, timeout);
         atomic_store(&l->sleeping, 0);
+        l->base.batch_pass = n > 1;
         for (i = 0; i < n; i++) {
             rcp__loop_src *s = evs[i].data.ptr;
             if (s == NULL) {
@@ -110,6 +111,7 @@ static void *loop_main(void *arg)
             }
             s->ops->process(s, evs[i].events);
         }
+        l->base.batch_pass = 0;
         atomic_fetch_add(&l->passes, 1);
     }
     atomic_store(&l->exited, 1);
