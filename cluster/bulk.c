@@ -84,9 +84,22 @@ static struct rcp_conn *bulk_add(struct rcp_cluster *cl, rcp__node *n, int role)
     return c;
 }
 
+/* One more for role, if the node is still served in that role (its
+ * shared connection is there) and the handle is not closing; the least
+ * busy one if the pool filled meanwhile; NULL on failure. Pinned. */
+static struct rcp_conn *bulk_more(struct rcp_cluster *cl, rcp__node *n, int role)
+{
+    struct rcp_conn *c = NULL;
+    pthread_mutex_lock(&cl->reg_mu);
+    if (!atomic_load(&cl->closing) && atomic_load(&n->conn[role]))
+        c = bulk_add(cl, n, role);
+    pthread_mutex_unlock(&cl->reg_mu);
+    return c;
+}
+
 struct rcp_conn *rcp__bulk_pin(struct rcp_cluster *cl, rcp__node *n, int role)
 {
-    struct rcp_conn *best;
+    struct rcp_conn *best, *c;
     uint64_t busy;
     int open;
 
@@ -99,22 +112,37 @@ struct rcp_conn *rcp__bulk_pin(struct rcp_cluster *cl, rcp__node *n, int role)
     urcu_bp_read_unlock();
     if (best && (busy == 0 || open >= cl->opt.bulk_pool))
         return best;
+    /* Every open one is busy (or none is open): one more. Else the least
+     * busy one, or NULL. */
+    c = bulk_more(cl, n, role);
+    if (!c)
+        return best;
+    if (best)
+        rcp__conn_release(best);
+    return c;
+}
 
-    /* Every open one is busy (or none is open): one more, if the node is
-     * still served in that role (its shared connection is there) and the
-     * handle is not closing. Else the least busy one, or NULL. */
-    pthread_mutex_lock(&cl->reg_mu);
-    if (!atomic_load(&cl->closing) && atomic_load(&n->conn[role])) {
-        struct rcp_conn *c = bulk_add(cl, n, role);
-        if (c) {
-            pthread_mutex_unlock(&cl->reg_mu);
-            if (best)
-                rcp__conn_release(best);
-            return c;
-        }
-    }
-    pthread_mutex_unlock(&cl->reg_mu);
-    return best;
+struct rcp_conn *rcp__bulk_spare(struct rcp_cluster *cl, rcp__node *n, struct rcp_conn *shared)
+{
+    struct rcp_conn *best;
+    uint64_t busy;
+    int open, role;
+
+    if (cl->opt.bulk_pool <= 0 || !n)
+        return NULL;
+    for (role = RCP__AS_MASTER; role <= RCP__AS_REPLICA; role++)
+        if (atomic_load(&n->conn[role]) == shared)
+            break;
+    if (role > RCP__AS_REPLICA)
+        return NULL; /* not a shared pipeline (a bulk one already) */
+    urcu_bp_read_lock();
+    best = bulk_least_busy(cl, n, role, &open, &busy);
+    if (best && busy == 0)
+        rcp__conn_hold(best);
+    urcu_bp_read_unlock();
+    if (best && busy == 0)
+        return best;
+    return open < cl->opt.bulk_pool ? bulk_more(cl, n, role) : NULL;
 }
 
 size_t rcp__bulk_detach(rcp__node *n, struct rcp_conn **out, size_t max, rcp_conn_stats *keep)

@@ -361,6 +361,10 @@ int rcp__bulk_wanted(const struct rcp_cluster *cl, const rcp__req *rq);
  * can be had (closing, the node no longer served in that role, out of
  * memory): the caller keeps the shared connection. */
 struct rcp_conn *rcp__bulk_pin(struct rcp_cluster *cl, rcp__node *n, int role);
+/* For a sync caller that found n's shared connection `shared` busy: an
+ * idle bulk connection of the same role (none outstanding), made if the
+ * pool is not full; pinned. NULL if there is none to be had. */
+struct rcp_conn *rcp__bulk_spare(struct rcp_cluster *cl, rcp__node *n, struct rcp_conn *shared);
 /* reg_mu held: takes every bulk connection of n out of reach (up to
  * max, into out) for closing after a grace period; their counters are
  * added to *keep unless NULL. Returns how many. */

@@ -27,6 +27,32 @@ static rcp_reply *sync_error_reply(int code, const char *why)
     return rcp__reply_error_new(code, msg);
 }
 
+/* A plain sync request (no sink, no ASKING) whose node's shared
+ * connection has one other caller on it, and no batching going on there,
+ * takes an idle bulk connection of the same node and role for its own
+ * write and read, instead of queueing behind that caller and sleeping
+ * until it is woken (a futex wake and a wait per collision). Where writes
+ * carry several commands, or two or more are outstanding, callers join
+ * the queue (leader/follower): spares would thin those batches out. NULL:
+ * nothing was sent; the caller queues on the shared one. */
+static rcp_reply *sync_spill(struct rcp_cluster *cl, rcp__req *rq, rcp__node *node,
+                             struct rcp_conn *conn)
+{
+    rcp_reply *r = rcp__conn_command_raw_sink(conn, rq->buf, rq->len, RCP__CONN_SPILL,
+                                              rcp__req_remaining_ms(rq), NULL);
+    struct rcp_conn *spare;
+    if (r || !(spare = rcp__bulk_spare(cl, node, conn)))
+        return r;
+    r = rcp__conn_command_raw_sink(spare, rq->buf, rq->len, RCP__CONN_LONE,
+                                   rcp__req_remaining_ms(rq), NULL);
+    rcp__cluster_unpin(spare);
+    if (r) {
+        rcp__stat_add(&cl->bulk_requests, 1);
+        rcp__stat_add(&node->bulk_requests, 1);
+    }
+    return r;
+}
+
 static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
 {
     rcp_reply *r = NULL;
@@ -55,7 +81,8 @@ static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
             if (rq->src)
                 r = rcp__conn_command_raw_source(conn, rq->buf, rq->len, rq->asking,
                                                  rcp__req_remaining_ms(rq), rq->src);
-            else
+            else if (rq->sink || rq->asking ||
+                     !(r = sync_spill(cl, rq, node, conn)))
                 r = rcp__conn_command_raw_sink(conn, rq->buf, rq->len, rq->asking,
                                                rcp__req_remaining_ms(rq), rq->sink);
             rcp__cluster_unpin(conn);

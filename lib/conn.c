@@ -860,7 +860,8 @@ rcp_reply *rcp__conn_command_raw_sink(struct rcp_conn *c, const char *raw, size_
     if (rcp__loop_on_thread())
         return on_loop_refusal();
     call_enter(c);
-    r = rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, asking, timeout_ms, sink, NULL);
+    r = asking < 0 ? rcp__conn_sync_lone(c, raw, len, timeout_ms, asking == RCP__CONN_SPILL)
+                   : rcp__conn_sync_command(c, 0, NULL, NULL, raw, len, asking, timeout_ms, sink, NULL);
     call_leave(c);
     return r;
 }

@@ -168,6 +168,8 @@ struct rcp_conn {
     int fast_active;      /* a calling thread owns the socket's I/O: a lone caller, or a
                            * waiting one handed the lead (conn_fast.c) */
     uint64_t fast_idx;    /* its slot: the loop never expires it */
+    uint64_t flush_avg;   /* commands per write, moving average over ~8 writes, in 16ths
+                           * (mutex): above one, callers batch here (rcp__conn_spill_ok) */
     int loop_io;          /* the loop is inside process: no fast path */
     int wake_pending;     /* the loop has been asked to flush the pending requests */
     int need_close;       /* the fast path hands a failure to the loop */
@@ -242,6 +244,13 @@ static inline uint64_t conn_ms_to_ns(long long ms)
 static inline void conn_stat_add(_Atomic uint64_t *s, uint64_t v)
 {
     atomic_fetch_add_explicit(s, v, memory_order_relaxed);
+}
+
+/* Mutex held: a write of n commands goes into flush_avg (capped at 64,
+ * so that one huge write does not stand for many). */
+static inline void conn_note_flush(struct rcp_conn *c, uint64_t n)
+{
+    c->flush_avg = (c->flush_avg * 7 + (n > 64 ? 64 : n) * 16) / 8;
 }
 
 static inline struct rcp_conn *conn_of_src(rcp__loop_src *s)
@@ -577,6 +586,13 @@ void rcp__conn_offer_lead(struct rcp_conn *c);
 rcp_reply *rcp__conn_sync_command(struct rcp_conn *c, int argc, const char **argv,
                                   const size_t *argvlen, const char *raw, size_t len, int asking,
                                   int timeout_ms, const rcp_sink *sink, const rcp_source *src);
+/* The lone-caller path for raw (a formatted command): the reply if the
+ * socket was free. If it was not: with queue 0, NULL (nothing queued);
+ * with queue 1, NULL only if the caller had better use another idle
+ * connection to the server (fast_claim's spill rule), else the request
+ * is queued here and its reply returned. */
+rcp_reply *rcp__conn_sync_lone(struct rcp_conn *c, const char *raw, size_t len, int timeout_ms,
+                               int queue);
 
 /* conn_cancel.c */
 /* Mutex held. Cut the pending requests [i, j) out: their bytes from the

@@ -202,6 +202,7 @@ int rcp__conn_take_flush(struct rcp_conn *c, uint64_t limit, int sources)
     }
     conn_stat_add(&c->st.batches, 1); /* the stat keeps its API name: one flush */
     conn_stat_add(&c->st.commands_written, n);
+    conn_note_flush(c, n);
     return 1;
 }
 

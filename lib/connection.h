@@ -204,9 +204,19 @@ int rcp__conn_send_raw_source(struct rcp_conn *c, rcp_future *f, const char *raw
 /* rcp__conn_command_raw of such a head and source (as above). */
 rcp_reply *rcp__conn_command_raw_source(struct rcp_conn *c, const char *raw, size_t len,
                                         int asking, int timeout_ms, const rcp_source *src);
-/* rcp__conn_command_raw whose reply streams to sink (as above). */
+/* rcp__conn_command_raw whose reply streams to sink (as above). Two
+ * values of asking (no sink, no ASKING then) are modes of a cluster's
+ * sync call: RCP__CONN_LONE sends only if the connection is free for the
+ * caller's own write and read (the lone-caller path): the reply, or NULL
+ * and nothing sent if someone is on it. RCP__CONN_SPILL does the same,
+ * but returns NULL only if one request at most is outstanding and the
+ * connection's recent writes carried under 1.25 commands on average (the
+ * caller had better use another idle connection to the server than wait
+ * here); otherwise it queues as usual, joining the batch. */
 rcp_reply *rcp__conn_command_raw_sink(struct rcp_conn *c, const char *raw, size_t len, int asking,
                                       int timeout_ms, const rcp_sink *sink);
+#define RCP__CONN_LONE (-1)
+#define RCP__CONN_SPILL (-2)
 
 /* ---- state (any thread; a snapshot, stale as soon as it returns) ------- */
 

@@ -65,8 +65,11 @@ typedef struct rcp_cluster_options {
                                  * command longer than bulk_threshold), so that small
                                  * requests never wait behind them on the shared pipeline;
                                  * a bulk request goes on the one with the fewest requests
-                                 * outstanding (docs/large-values.md). Default 2, 0..64;
-                                 * 0: everything on the shared pipeline */
+                                 * outstanding (docs/large-values.md). A small sync
+                                 * request takes an idle one when the shared connection
+                                 * has another caller on it and is not batching
+                                 * (docs/design.md). Default 2, 0..64; 0: everything on
+                                 * the shared pipeline */
     size_t bulk_threshold;      /* bytes of a formatted command above which it goes to the
                                  * bulk pool; default 262144 (256 KiB), at least 1024 */
 } rcp_cluster_options;
@@ -219,8 +222,9 @@ typedef struct rcp_cluster_stats {
     uint64_t cache_evictions;   /* entries dropped to stay under client_cache_bytes */
     uint64_t cache_bytes;       /* held now (entries, their replies and index) */
     uint64_t cache_entries;     /* held now */
-    uint64_t bulk_requests;     /* attempts sent on a bulk connection (bulk_pool; a resend
-                                 * counts again) */
+    uint64_t bulk_requests;     /* attempts sent on a bulk connection (bulk_pool: large
+                                 * ones, and small sync ones that found the shared
+                                 * connection taken; a resend counts again) */
 } rcp_cluster_stats;
 
 RCP_API int rcp_cluster_get_stats(rcp_cluster *c, rcp_cluster_stats *out);

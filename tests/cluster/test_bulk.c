@@ -27,6 +27,13 @@
  *   PING of a TLS connection alike) must not lend its source to the
  *   handshake's command, which the value would then follow on the wire
  *   (lib/conn_connect.c; cluster-tls-routing's test_source found it).
+ * - sync_spill: a script that keeps the server busy for 300 ms is the one
+ *   request on its node's shared connection (a lone sync caller); a sync
+ *   GET to the same node meanwhile takes the node's idle bulk connection
+ *   for its own write and read instead of queueing behind it
+ *   (cluster/sync.c, sync_spill): it counts in bulk_requests and answers
+ *   right. With bulk_pool 0 the same GET queues on the shared connection
+ *   and answers right too.
  * - options: out-of-range bulk_pool and bulk_threshold are refused with
  *   RCP_ERR_INVALID naming the option. */
 #include <check.h>
@@ -766,6 +773,77 @@ START_TEST(test_source_on_new_bulk_conn)
 }
 END_TEST
 
+struct busy_script {
+    rcp_cluster *h;
+    rcp_reply *r;
+};
+
+/* EVAL on {spill}busy that spins for 300 ms of server time. */
+static void *busy_main(void *arg)
+{
+    struct busy_script *b = arg;
+    const char *argv[4] = {"EVAL",
+                           "local t0 = redis.call('TIME') repeat local t = redis.call('TIME') "
+                           "until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 300000 return 7",
+                           "1", "{spill}busy"};
+    b->r = rcp_cluster_command_argv(b->h, 4, argv, NULL);
+    return NULL;
+}
+
+/* While busy_main's script holds the node, a sync GET of {spill}k. 1 if
+ * it went on a bulk connection. */
+static int get_beside_script(rcp_cluster *h)
+{
+    struct busy_script b = {h, NULL};
+    pthread_t th;
+    uint64_t before;
+    rcp_reply *r;
+    char d[256];
+    int spilled;
+
+    ck_assert_int_eq(pthread_create(&th, NULL, busy_main, &b), 0);
+    usleep(100000); /* the script is running (300 ms) */
+    before = bulk_requests(h);
+    r = rcp_cluster_command(h, "GET %s", "{spill}k");
+    ck_assert_msg(rcpc_is_string(r, "spill-value"), "GET beside the script: %s",
+                  rcptest_describe(r, d, sizeof d));
+    rcp_reply_free(r);
+    spilled = bulk_requests(h) == before + 1;
+    pthread_join(th, NULL);
+    ck_assert_msg(b.r && b.r->type == RCP_REPLY_INTEGER && b.r->integer == 7, "script: %s",
+                  rcptest_describe(b.r, d, sizeof d));
+    rcp_reply_free(b.r);
+    return spilled;
+}
+
+START_TEST(test_sync_spill)
+{
+    char *v = pattern_value(SET_LEN);
+    rcp_cluster *h;
+    int spilled = 0;
+
+    /* The scheduler may start the script late on a loaded machine: then
+     * the GET found the shared connection free. A fresh handle each try. */
+    for (int attempt = 0; attempt < 5 && !spilled; attempt++) {
+        h = open_pool(2, 0);
+        /* A SET over bulk_threshold opens the node's first bulk connection,
+         * so that one is ready and idle when the GET looks for it. */
+        set_value(h, "{spill}big", v, SET_LEN);
+        set_value(h, "{spill}k", "spill-value", 11);
+        spilled = get_beside_script(h);
+        rcp_cluster_close(h);
+    }
+    ck_assert_msg(spilled, "the GET never went on the idle bulk connection in 5 tries");
+
+    h = open_pool(0, 0);
+    set_value(h, "{spill}k", "spill-value", 11);
+    ck_assert_int_eq(get_beside_script(h), 0);
+    ck_assert_uint_eq(bulk_requests(h), 0);
+    rcp_cluster_close(h);
+    free(v);
+}
+END_TEST
+
 START_TEST(test_options)
 {
     rcp_cluster_options o;
@@ -807,7 +885,8 @@ static void add_tests(TCase *tc)
     RCPTEST_ADD(tc, test_options, test_big_set_goes_to_pool, test_concurrent_pool,
                 test_source_on_new_bulk_conn, test_small_beside_stalled_stream,
                 test_stalled_stream_blocks_without_pool, test_replica_reads_readonly,
-                test_bulk_follows_moved, test_source_follows_moved, test_source_follows_ask);
+                test_bulk_follows_moved, test_source_follows_moved, test_source_follows_ask,
+                test_sync_spill);
 }
 
 int main(void)
