@@ -542,7 +542,7 @@ static int fast_claim(struct rcp_conn *c, int *spill)
     pthread_mutex_lock(&c->mu);
     if (c->state != RCP__ST_READY || c->closing || c->fast_active || c->loop_io ||
         c->caller_writing || c->need_close || c->need_read || c->head != c->tail || c->fd < 0) {
-        if (spill)
+        if (spill) /* flush_avg is in 16ths: under 1.25 commands per write */
             *spill = c->state == RCP__ST_READY && c->tail - c->head <= 1 && c->flush_avg < 20;
         pthread_mutex_unlock(&c->mu);
         return 0;
