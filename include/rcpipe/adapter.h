@@ -63,8 +63,13 @@ typedef struct rcp_loop_adapter {
     /* Forget fd (it is about to be closed) and release its fd_data. */
     void (*unwatch)(void *data, int fd, void *fd_data);
     /* Arm the one timer to call rcp_loop_on_timer(loop) after timeout_us
-     * microseconds (0: as soon as possible), replacing any armed one;
-     * timeout_us < 0 disarms it. */
+     * microseconds, replacing any armed one; timeout_us < 0 disarms it.
+     * 0: as soon as possible, and best after the events the loop has
+     * ready now but before it waits again: after a socket event rcpipe
+     * arms it at 0 to write, once, what that event's and the other ready
+     * events' callbacks sent (libevent: event_active; libuv: a 0 ms timer
+     * runs before the next poll). A plain zero timeout works too, at the
+     * cost of one more wait call per pass. */
     void (*timer)(void *data, rcp_loop *loop, long long timeout_us);
     /* The rcp_loop is being freed: release what the adapter holds (its
      * watchers, its timer, data). Called once, from rcp_loop_free. */

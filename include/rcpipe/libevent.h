@@ -88,8 +88,12 @@ static inline void rcp__libevent_timer(void *data, rcp_loop *loop, long long tim
     rcp__libevent *e = (rcp__libevent *)data;
     struct timeval tv;
     e->loop = loop;
-    if (timeout_us < 0) {
+    if (timeout_us <= 0) {
         event_del(e->timer);
+        /* 0: run it in this iteration, after the events already active
+         * (rcpipe/adapter.h), without one more wait for a zero timeout. */
+        if (timeout_us == 0)
+            event_active(e->timer, EV_TIMEOUT, 1);
         return;
     }
     tv.tv_sec = (time_t)(timeout_us / 1000000);
