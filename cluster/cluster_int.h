@@ -283,7 +283,13 @@ rcp__node *rcp__cluster_node(struct rcp_cluster *cl, const char *host, int port,
 /* Inside urcu_bp_read_lock: the node's connection for role, counted as in
  * use until rcp__cluster_unpin (so closing it, after a grace period, waits
  * for us); NULL if it has none. */
-struct rcp_conn *rcp__node_pin_locked(rcp__node *n, int role);
+static inline struct rcp_conn *rcp__node_pin_locked(rcp__node *n, int role)
+{
+    struct rcp_conn *conn = atomic_load(&n->conn[role]);
+    if (conn)
+        rcp__conn_hold(conn);
+    return conn;
+}
 /* The same outside the read lock. */
 struct rcp_conn *rcp__cluster_pin(rcp__node *n, int role);
 /* Either of the node's connections (the plain one first), for commands
@@ -354,8 +360,14 @@ int rcp__cluster_slot_master(struct rcp_cluster *cl, unsigned slot, char *host, 
 
 /* bulk.c: the pool of bulk connections (see there for the busy rule). */
 /* 1 if the request goes on a bulk connection: a sink, a source, or a
- * command longer than bulk_threshold, with bulk_pool > 0. */
-int rcp__bulk_wanted(const struct rcp_cluster *cl, const rcp__req *rq);
+ * command longer than bulk_threshold, with bulk_pool > 0. Inline: every
+ * routed request asks. */
+static inline int rcp__bulk_wanted(const struct rcp_cluster *cl, const rcp__req *rq)
+{
+    if (cl->opt.bulk_pool <= 0)
+        return 0;
+    return rq->sink || rq->src || rq->len > cl->opt.bulk_threshold;
+}
 /* A bulk connection of n for role (RCP__AS_MASTER or RCP__AS_REPLICA),
  * pinned (release with rcp__cluster_unpin); made if needed. NULL if none
  * can be had (closing, the node no longer served in that role, out of
