@@ -320,7 +320,11 @@ void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r)
     }
 }
 
-int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf)
+/* Sends the request classified and formatted into cf->rq (its buf owned
+ * from here: freed unless it is cf->inl), cf from rcp__cfut_get. RCP_OK
+ * and f resolved once, or an error and f never called. Static (used only
+ * here), so that it is inlined into the request path. */
+static int async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf)
 {
     int rv;
     cf->inner.resolve = rcp__cfut_on_reply;
@@ -376,7 +380,7 @@ static int async_one(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf, int a
         rcp__cfut_put(cl, cf);
         return RCP_ERR_TOO_LARGE;
     }
-    return rcp__async_send(cl, f, cf);
+    return async_send(cl, f, cf);
 }
 
 /* Classify and take the command's route. fmtbuf: the formatted bytes of a

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "connection.h"
 #include "logic.h"
 #include "rcpipe/cluster.h"
@@ -419,8 +420,12 @@ enum { RCP__ACT_DONE, RCP__ACT_RESEND, RCP__ACT_LATER, RCP__ACT_FAIL };
 int rcp__retry_decide(struct rcp_cluster *cl, rcp__req *rq, rcp__node *asked, const rcp_reply *r,
                       uint64_t *delay_ns, int *code, char *msg, size_t msglen);
 /* The request's deadline from a future's timeout (0: the handle's
- * request_timeout_ms; <0: none). */
-uint64_t rcp__req_deadline(struct rcp_cluster *cl, int timeout_ms);
+ * request_timeout_ms; <0: none). Inline: once per request. */
+static inline uint64_t rcp__req_deadline(struct rcp_cluster *cl, int timeout_ms)
+{
+    int ms = timeout_ms ? timeout_ms : cl->node_opt.request_timeout_ms;
+    return ms > 0 ? rcp__now_ns() + (uint64_t)ms * 1000000ull : 0;
+}
 /* Milliseconds left before the deadline as a future's timeout_ms (-1:
  * none; at least 1). */
 int rcp__req_remaining_ms(const rcp__req *rq);
@@ -450,10 +455,6 @@ void rcp__refresher_wake(struct rcp_cluster *cl);
 void rcp__refresher_stop(struct rcp_cluster *cl);
 
 /* async.c */
-/* Sends the request classified and formatted into cf->rq (its buf owned
- * from here: freed unless it is cf->inl), cf from rcp__cfut_get. RCP_OK
- * and f resolved once, or an error and f never called. */
-int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf);
 /* The async path's whole entry for argv (classified, split or sent to the
  * blocking pool as it needs): the public send functions and split parts
  * come here. Contract as rcp_cluster_send_argv. */
