@@ -49,7 +49,14 @@ rcp__cfut *rcp__cfut_get(struct rcp_cluster *cl)
     atomic_store_explicit(&cl->cf_busy, 0, memory_order_release);
     if (!cf && !(cf = rcp__malloc(sizeof(*cf))))
         return NULL;
-    memset(cf, 0, offsetof(rcp__cfut, inl));
+    /* Zero what a new request must find zero (its future for the
+     * connection, the routing and retry state, the cancel flag), not the
+     * whole header: user and cl are set by every sender (async_send,
+     * batch.c) before a read, later by cfut_later and rcp__later_add,
+     * next_free by rcp__cfut_put. */
+    cf->inner = (rcp_future){0};
+    cf->rq = (rcp__req){0};
+    atomic_store_explicit(&cf->cancelled, 0, memory_order_relaxed);
     return cf;
 }
 
