@@ -204,6 +204,66 @@ static void cfut_later(rcp__cfut *cf, uint64_t delay)
         cfut_fail(cf, RCP_ERR_CANCELLED, cancelled_msg);
 }
 
+/* submit_failed's answer: route and send the request again now. */
+enum { SUBMIT_AGAIN = -1 };
+
+/* An attempt of cfut_submit did not go out: no connection for it (conn
+ * NULL, code says why) or the connection refused it (rv; conn pinned).
+ * The retry rules decide: SUBMIT_AGAIN, or cfut_submit's return value
+ * (cf resolved, queued for later or given back). Out of line, so that
+ * the attempt that goes out pays no frame for the messages built here. */
+static __attribute__((noinline)) int submit_failed(rcp__cfut *cf, int first,
+                                                   struct rcp_conn *conn, rcp__node *node,
+                                                   int code, int rv)
+{
+    struct rcp_cluster *cl = cf->cl;
+    rcp_reply r;
+    char msg[300], why[1000], last[600];
+    uint64_t delay = 0;
+    int act;
+    if (!conn) {
+        if (code == RCP_ERR_CLUSTER_DOWN) {
+            rcp__cluster_refresh_soon(cl);
+            if (cf->rq.deadline && rcp__now_ns() + 20000000ull < cf->rq.deadline) {
+                cfut_later(cf, 20000000ull); /* wait for a map that covers it */
+                return RCP_OK;
+            }
+            hole_fail(cf);
+            return RCP_OK;
+        }
+        rcp__reply_error_init(&r, code, "no connection to the node");
+        act = rcp__retry_decide(cl, &cf->rq, node, &r, &delay, &code, msg, 200);
+        if (act == RCP__ACT_LATER) {
+            cfut_later(cf, delay);
+            return RCP_OK;
+        }
+        snprintf(msg, 200, "%.150s: no connection to the slot's node", node ? node->addr : "?");
+        cfut_fail(cf, RCP_ERR_NOT_SENT, msg);
+        return RCP_OK;
+    }
+    rcp__conn_last_error(conn, last, sizeof last);
+    rcp__cluster_unpin(conn);
+    rcp__reply_error_init(&r, rv, rcp_strerror(rv));
+    act = rcp__retry_decide(cl, &cf->rq, node, &r, &delay, &code, msg, sizeof msg);
+    if (act == RCP__ACT_LATER) {
+        cfut_later(cf, delay);
+        return RCP_OK;
+    }
+    if (act == RCP__ACT_RESEND)
+        return SUBMIT_AGAIN;
+    if (first && (rv == RCP_ERR_QUEUE_FULL || rv == RCP_ERR_TOO_LARGE)) {
+        /* The caller's own limit: its answer, now. */
+        cfut_unlink(cf);
+        rcp__cfut_put(cl, cf);
+        atomic_fetch_sub(&cl->active_calls, 1);
+        return rv;
+    }
+    snprintf(why, sizeof why, "%s (after %d retries; last failure of %s)", rcp_strerror(rv),
+             cf->rq.retries, last);
+    cfut_fail(cf, rv, why);
+    return RCP_OK;
+}
+
 /* Send (or resend) a wrapped future; never blocks on an I/O thread. On
  * the first attempt (`first`), a refusal that no retry can mend is
  * returned instead of resolving the future (and cf is given back);
@@ -221,71 +281,25 @@ static int cfut_submit(rcp__cfut *cf, int first)
             return RCP_OK;
         }
         conn = rcp__route(cl, &cf->rq, &node, &code);
-        if (!conn) {
-            rcp_reply r;
-            char msg[200];
-            uint64_t delay = 0;
-            int act;
-            if (code == RCP_ERR_CLUSTER_DOWN) {
-                rcp__cluster_refresh_soon(cl);
-                if (cf->rq.deadline && rcp__now_ns() + 20000000ull < cf->rq.deadline) {
-                    cfut_later(cf, 20000000ull); /* wait for a map that covers it */
-                    return RCP_OK;
-                }
-                hole_fail(cf);
-                return RCP_OK;
-            }
-            rcp__reply_error_init(&r, code, "no connection to the node");
-            act = rcp__retry_decide(cl, &cf->rq, node, &r, &delay, &code, msg, sizeof msg);
-            if (act == RCP__ACT_LATER) {
-                cfut_later(cf, delay);
-                return RCP_OK;
-            }
-            snprintf(msg, sizeof msg, "%.150s: no connection to the slot's node",
-                     node ? node->addr : "?");
-            cfut_fail(cf, RCP_ERR_NOT_SENT, msg);
-            return RCP_OK;
-        }
-        /* Read by a canceller on another thread: the node to look in. */
-        __atomic_store_n(&cf->inner.data, node, __ATOMIC_RELAXED);
-        /* The deadline as it is kept, in ns: no conversion per attempt. */
-        if (cf->rq.src)
-            rv = rcp__conn_send_raw_source(conn, &cf->inner, cf->rq.buf, cf->rq.len,
-                                           cf->rq.asking, cf->rq.deadline, cf->rq.src);
-        else
-            rv = rcp__conn_send_raw_sink(conn, &cf->inner, cf->rq.buf, cf->rq.len,
-                                         cf->rq.asking, cf->rq.deadline, cf->rq.sink);
-        if (rv == RCP_OK) {
-            rcp__cluster_unpin(conn);
-            return RCP_OK;
-        }
-        {
-            rcp_reply r;
-            char msg[300], why[1000], last[600];
-            uint64_t delay = 0;
-            int act;
-            rcp__conn_last_error(conn, last, sizeof last);
-            rcp__cluster_unpin(conn);
-            rcp__reply_error_init(&r, rv, rcp_strerror(rv));
-            act = rcp__retry_decide(cl, &cf->rq, node, &r, &delay, &code, msg, sizeof msg);
-            if (act == RCP__ACT_LATER) {
-                cfut_later(cf, delay);
-                return RCP_OK;
-            }
-            if (act != RCP__ACT_RESEND) {
-                if (first && (rv == RCP_ERR_QUEUE_FULL || rv == RCP_ERR_TOO_LARGE)) {
-                    /* The caller's own limit: its answer, now. */
-                    cfut_unlink(cf);
-                    rcp__cfut_put(cl, cf);
-                    atomic_fetch_sub(&cl->active_calls, 1);
-                    return rv;
-                }
-                snprintf(why, sizeof why, "%s (after %d retries; last failure of %s)",
-                         rcp_strerror(rv), cf->rq.retries, last);
-                cfut_fail(cf, rv, why);
+        rv = RCP_OK;
+        if (conn) {
+            /* Read by a canceller on another thread: the node to look in. */
+            __atomic_store_n(&cf->inner.data, node, __ATOMIC_RELAXED);
+            /* The deadline as it is kept, in ns: no conversion per attempt. */
+            if (cf->rq.src)
+                rv = rcp__conn_send_raw_source(conn, &cf->inner, cf->rq.buf, cf->rq.len,
+                                               cf->rq.asking, cf->rq.deadline, cf->rq.src);
+            else
+                rv = rcp__conn_send_raw_sink(conn, &cf->inner, cf->rq.buf, cf->rq.len,
+                                             cf->rq.asking, cf->rq.deadline, cf->rq.sink);
+            if (rv == RCP_OK) {
+                rcp__cluster_unpin(conn);
                 return RCP_OK;
             }
         }
+        rv = submit_failed(cf, first, conn, node, code, rv);
+        if (rv != SUBMIT_AGAIN)
+            return rv;
     }
 }
 
