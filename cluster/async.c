@@ -49,7 +49,14 @@ rcp__cfut *rcp__cfut_get(struct rcp_cluster *cl)
     atomic_store_explicit(&cl->cf_busy, 0, memory_order_release);
     if (!cf && !(cf = rcp__malloc(sizeof(*cf))))
         return NULL;
-    memset(cf, 0, offsetof(rcp__cfut, inl));
+    /* Zero what a new request must find zero (its future for the
+     * connection, the routing and retry state, the cancel flag), not the
+     * whole header: user and cl are set by every sender (async_send,
+     * batch.c) before a read, later by cfut_later and rcp__later_add,
+     * next_free by rcp__cfut_put. */
+    cf->inner = (rcp_future){0};
+    cf->rq = (rcp__req){0};
+    atomic_store_explicit(&cf->cancelled, 0, memory_order_relaxed);
     return cf;
 }
 
@@ -125,7 +132,8 @@ static void cfut_unlink(rcp__cfut *cf)
     }
 }
 
-static void cfut_finish(rcp__cfut *cf, rcp_reply *r)
+/* Inline: the end of every request, on the I/O thread's reply path. */
+static inline __attribute__((always_inline)) void cfut_finish(rcp__cfut *cf, rcp_reply *r)
 {
     rcp_future *u = cf->user;
     struct rcp_cluster *cl = cf->cl;
@@ -196,6 +204,66 @@ static void cfut_later(rcp__cfut *cf, uint64_t delay)
         cfut_fail(cf, RCP_ERR_CANCELLED, cancelled_msg);
 }
 
+/* submit_failed's answer: route and send the request again now. */
+enum { SUBMIT_AGAIN = -1 };
+
+/* An attempt of cfut_submit did not go out: no connection for it (conn
+ * NULL, code says why) or the connection refused it (rv; conn pinned).
+ * The retry rules decide: SUBMIT_AGAIN, or cfut_submit's return value
+ * (cf resolved, queued for later or given back). Out of line, so that
+ * the attempt that goes out pays no frame for the messages built here. */
+static __attribute__((noinline)) int submit_failed(rcp__cfut *cf, int first,
+                                                   struct rcp_conn *conn, rcp__node *node,
+                                                   int code, int rv)
+{
+    struct rcp_cluster *cl = cf->cl;
+    rcp_reply r;
+    char msg[300], why[1000], last[600];
+    uint64_t delay = 0;
+    int act;
+    if (!conn) {
+        if (code == RCP_ERR_CLUSTER_DOWN) {
+            rcp__cluster_refresh_soon(cl);
+            if (cf->rq.deadline && rcp__now_ns() + 20000000ull < cf->rq.deadline) {
+                cfut_later(cf, 20000000ull); /* wait for a map that covers it */
+                return RCP_OK;
+            }
+            hole_fail(cf);
+            return RCP_OK;
+        }
+        rcp__reply_error_init(&r, code, "no connection to the node");
+        act = rcp__retry_decide(cl, &cf->rq, node, &r, &delay, &code, msg, 200);
+        if (act == RCP__ACT_LATER) {
+            cfut_later(cf, delay);
+            return RCP_OK;
+        }
+        snprintf(msg, 200, "%.150s: no connection to the slot's node", node ? node->addr : "?");
+        cfut_fail(cf, RCP_ERR_NOT_SENT, msg);
+        return RCP_OK;
+    }
+    rcp__conn_last_error(conn, last, sizeof last);
+    rcp__cluster_unpin(conn);
+    rcp__reply_error_init(&r, rv, rcp_strerror(rv));
+    act = rcp__retry_decide(cl, &cf->rq, node, &r, &delay, &code, msg, sizeof msg);
+    if (act == RCP__ACT_LATER) {
+        cfut_later(cf, delay);
+        return RCP_OK;
+    }
+    if (act == RCP__ACT_RESEND)
+        return SUBMIT_AGAIN;
+    if (first && (rv == RCP_ERR_QUEUE_FULL || rv == RCP_ERR_TOO_LARGE)) {
+        /* The caller's own limit: its answer, now. */
+        cfut_unlink(cf);
+        rcp__cfut_put(cl, cf);
+        atomic_fetch_sub(&cl->active_calls, 1);
+        return rv;
+    }
+    snprintf(why, sizeof why, "%s (after %d retries; last failure of %s)", rcp_strerror(rv),
+             cf->rq.retries, last);
+    cfut_fail(cf, rv, why);
+    return RCP_OK;
+}
+
 /* Send (or resend) a wrapped future; never blocks on an I/O thread. On
  * the first attempt (`first`), a refusal that no retry can mend is
  * returned instead of resolving the future (and cf is given back);
@@ -213,71 +281,25 @@ static int cfut_submit(rcp__cfut *cf, int first)
             return RCP_OK;
         }
         conn = rcp__route(cl, &cf->rq, &node, &code);
-        if (!conn) {
-            rcp_reply r;
-            char msg[200];
-            uint64_t delay = 0;
-            int act;
-            if (code == RCP_ERR_CLUSTER_DOWN) {
-                rcp__cluster_refresh_soon(cl);
-                if (cf->rq.deadline && rcp__now_ns() + 20000000ull < cf->rq.deadline) {
-                    cfut_later(cf, 20000000ull); /* wait for a map that covers it */
-                    return RCP_OK;
-                }
-                hole_fail(cf);
-                return RCP_OK;
-            }
-            rcp__reply_error_init(&r, code, "no connection to the node");
-            act = rcp__retry_decide(cl, &cf->rq, node, &r, &delay, &code, msg, sizeof msg);
-            if (act == RCP__ACT_LATER) {
-                cfut_later(cf, delay);
-                return RCP_OK;
-            }
-            snprintf(msg, sizeof msg, "%.150s: no connection to the slot's node",
-                     node ? node->addr : "?");
-            cfut_fail(cf, RCP_ERR_NOT_SENT, msg);
-            return RCP_OK;
-        }
-        /* Read by a canceller on another thread: the node to look in. */
-        __atomic_store_n(&cf->inner.data, node, __ATOMIC_RELAXED);
-        /* The deadline as it is kept, in ns: no conversion per attempt. */
-        if (cf->rq.src)
-            rv = rcp__conn_send_raw_source(conn, &cf->inner, cf->rq.buf, cf->rq.len,
-                                           cf->rq.asking, cf->rq.deadline, cf->rq.src);
-        else
-            rv = rcp__conn_send_raw_sink(conn, &cf->inner, cf->rq.buf, cf->rq.len,
-                                         cf->rq.asking, cf->rq.deadline, cf->rq.sink);
-        if (rv == RCP_OK) {
-            rcp__cluster_unpin(conn);
-            return RCP_OK;
-        }
-        {
-            rcp_reply r;
-            char msg[300], why[1000], last[600];
-            uint64_t delay = 0;
-            int act;
-            rcp__conn_last_error(conn, last, sizeof last);
-            rcp__cluster_unpin(conn);
-            rcp__reply_error_init(&r, rv, rcp_strerror(rv));
-            act = rcp__retry_decide(cl, &cf->rq, node, &r, &delay, &code, msg, sizeof msg);
-            if (act == RCP__ACT_LATER) {
-                cfut_later(cf, delay);
-                return RCP_OK;
-            }
-            if (act != RCP__ACT_RESEND) {
-                if (first && (rv == RCP_ERR_QUEUE_FULL || rv == RCP_ERR_TOO_LARGE)) {
-                    /* The caller's own limit: its answer, now. */
-                    cfut_unlink(cf);
-                    rcp__cfut_put(cl, cf);
-                    atomic_fetch_sub(&cl->active_calls, 1);
-                    return rv;
-                }
-                snprintf(why, sizeof why, "%s (after %d retries; last failure of %s)",
-                         rcp_strerror(rv), cf->rq.retries, last);
-                cfut_fail(cf, rv, why);
+        rv = RCP_OK;
+        if (conn) {
+            /* Read by a canceller on another thread: the node to look in. */
+            __atomic_store_n(&cf->inner.data, node, __ATOMIC_RELAXED);
+            /* The deadline as it is kept, in ns: no conversion per attempt. */
+            if (cf->rq.src)
+                rv = rcp__conn_send_raw_source(conn, &cf->inner, cf->rq.buf, cf->rq.len,
+                                               cf->rq.asking, cf->rq.deadline, cf->rq.src);
+            else
+                rv = rcp__conn_send_raw_sink(conn, &cf->inner, cf->rq.buf, cf->rq.len,
+                                             cf->rq.asking, cf->rq.deadline, cf->rq.sink);
+            if (rv == RCP_OK) {
+                rcp__cluster_unpin(conn);
                 return RCP_OK;
             }
         }
+        rv = submit_failed(cf, first, conn, node, code, rv);
+        if (rv != SUBMIT_AGAIN)
+            return rv;
     }
 }
 
@@ -320,7 +342,11 @@ void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r)
     }
 }
 
-int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf)
+/* Sends the request classified and formatted into cf->rq (its buf owned
+ * from here: freed unless it is cf->inl), cf from rcp__cfut_get. RCP_OK
+ * and f resolved once, or an error and f never called. Static (used only
+ * here), so that it is inlined into the request path. */
+static int async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf)
 {
     int rv;
     cf->inner.resolve = rcp__cfut_on_reply;
@@ -376,7 +402,7 @@ static int async_one(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf, int a
         rcp__cfut_put(cl, cf);
         return RCP_ERR_TOO_LARGE;
     }
-    return rcp__async_send(cl, f, cf);
+    return async_send(cl, f, cf);
 }
 
 /* Classify and take the command's route. fmtbuf: the formatted bytes of a

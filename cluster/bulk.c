@@ -29,13 +29,6 @@
 
 #include "cluster_int.h"
 
-int rcp__bulk_wanted(const struct rcp_cluster *cl, const rcp__req *rq)
-{
-    if (cl->opt.bulk_pool <= 0)
-        return 0;
-    return rq->sink || rq->src || rq->len > cl->opt.bulk_threshold;
-}
-
 /* The least busy of n's open bulk connections for role, not pinned
  * (*open: how many are open, *busy: its outstanding requests). Inside
  * urcu_bp_read_lock or under reg_mu. */

@@ -62,30 +62,16 @@ static int one_slot(const rcp__cmd *cmd, int argc, const char **argv, const size
     return rv;
 }
 
-rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **argv,
-                              const size_t *argvlen, rcp__req *rq, int *code, const char **why)
+/* rcp__classify for any command but the one-key kind: the key specs and
+ * the screening. Out of line, so that the common case does not pay for
+ * its frame (the key indices). */
+static __attribute__((noinline)) rcp__route_kind
+classify_general(struct rcp_cluster *cl, const rcp__cmd *cmd, unsigned flags, int argc,
+                 const char **argv, const size_t *argvlen, rcp__req *rq, int *code,
+                 const char **why)
 {
-    const rcp__cmd *cmd;
     int idx[64], nk, rv, screen;
 
-    *why = NULL;
-    *code = RCP_OK;
-    if (argc < 1) {
-        *code = RCP_ERR_INVALID;
-        return RCP__ROUTE_REFUSED;
-    }
-    cmd = rcp__cmd_lookup(argc, argv, argvlen);
-    if (rcp__cmd_key1(cmd, argc)) {
-        /* The common case (GET, SET, ...): one key, argv[1], nothing to
-         * screen; the general path below would find the same. */
-        rq->policy = rq->policy < 0 ? cl->opt.read_policy : rq->policy;
-        rq->flags = rcp__cmd_flags(cmd);
-        rq->has_slot = 1;
-        rq->slot = rcp__keyslot(argv[1], argvlen ? argvlen[1] : argv[1] ? strlen(argv[1]) : 0);
-        if (cl->cache && !(rq->flags & RCP__CMD_READONLY))
-            rcp__cache_drop_keys(cl, cmd, argc, argv, argvlen); /* before it is sent */
-        return RCP__ROUTE_ONE;
-    }
     screen = rcp__cmd_screen(cmd, argc, argv, argvlen, why);
     if (screen != RCP_OK && screen != RCP_ERR_BLOCKING_COMMAND) {
         *code = screen;
@@ -98,7 +84,7 @@ rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **arg
         rq->has_slot = 0;
         return RCP__ROUTE_ONE;
     }
-    rq->flags = rcp__cmd_flags(cmd);
+    rq->flags = flags;
     if (rq->flags & RCP__CMD_PER_NODE) {
         *why = "command refused: DBSIZE, KEYS, SCAN, FLUSHALL and FLUSHDB as one request would "
                "act on one master only, not the cluster: run them on every master with "
@@ -127,6 +113,31 @@ rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **arg
     }
     *why = NULL;
     return screen == RCP_ERR_BLOCKING_COMMAND ? RCP__ROUTE_BLOCKING : RCP__ROUTE_ONE;
+}
+
+rcp__route_kind rcp__classify(struct rcp_cluster *cl, int argc, const char **argv,
+                              const size_t *argvlen, rcp__req *rq, int *code, const char **why)
+{
+    const rcp__cmd *cmd;
+    unsigned flags;
+
+    *why = NULL;
+    *code = RCP_OK;
+    if (argc < 1) {
+        *code = RCP_ERR_INVALID;
+        return RCP__ROUTE_REFUSED;
+    }
+    if (!rcp__cmd_lookup_key1(argc, argv, argvlen, &cmd, &flags))
+        return classify_general(cl, cmd, flags, argc, argv, argvlen, rq, code, why);
+    /* The common case (GET, SET, ...): one key, argv[1], nothing to
+     * screen; classify_general would find the same. */
+    rq->policy = rq->policy < 0 ? cl->opt.read_policy : rq->policy;
+    rq->flags = flags;
+    rq->has_slot = 1;
+    rq->slot = rcp__keyslot(argv[1], argvlen ? argvlen[1] : argv[1] ? strlen(argv[1]) : 0);
+    if (cl->cache && !(rq->flags & RCP__CMD_READONLY))
+        rcp__cache_drop_keys(cl, cmd, argc, argv, argvlen); /* before it is sent */
+    return RCP__ROUTE_ONE;
 }
 
 rcp__route_kind rcp__classify_source(struct rcp_cluster *cl, int argc, const char **argv,

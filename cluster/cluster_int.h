@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "connection.h"
 #include "logic.h"
 #include "rcpipe/cluster.h"
@@ -283,7 +284,13 @@ rcp__node *rcp__cluster_node(struct rcp_cluster *cl, const char *host, int port,
 /* Inside urcu_bp_read_lock: the node's connection for role, counted as in
  * use until rcp__cluster_unpin (so closing it, after a grace period, waits
  * for us); NULL if it has none. */
-struct rcp_conn *rcp__node_pin_locked(rcp__node *n, int role);
+static inline struct rcp_conn *rcp__node_pin_locked(rcp__node *n, int role)
+{
+    struct rcp_conn *conn = atomic_load(&n->conn[role]);
+    if (conn)
+        rcp__conn_hold(conn);
+    return conn;
+}
 /* The same outside the read lock. */
 struct rcp_conn *rcp__cluster_pin(rcp__node *n, int role);
 /* Either of the node's connections (the plain one first), for commands
@@ -354,8 +361,14 @@ int rcp__cluster_slot_master(struct rcp_cluster *cl, unsigned slot, char *host, 
 
 /* bulk.c: the pool of bulk connections (see there for the busy rule). */
 /* 1 if the request goes on a bulk connection: a sink, a source, or a
- * command longer than bulk_threshold, with bulk_pool > 0. */
-int rcp__bulk_wanted(const struct rcp_cluster *cl, const rcp__req *rq);
+ * command longer than bulk_threshold, with bulk_pool > 0. Inline: every
+ * routed request asks. */
+static inline int rcp__bulk_wanted(const struct rcp_cluster *cl, const rcp__req *rq)
+{
+    if (cl->opt.bulk_pool <= 0)
+        return 0;
+    return rq->sink || rq->src || rq->len > cl->opt.bulk_threshold;
+}
 /* A bulk connection of n for role (RCP__AS_MASTER or RCP__AS_REPLICA),
  * pinned (release with rcp__cluster_unpin); made if needed. NULL if none
  * can be had (closing, the node no longer served in that role, out of
@@ -411,8 +424,12 @@ enum { RCP__ACT_DONE, RCP__ACT_RESEND, RCP__ACT_LATER, RCP__ACT_FAIL };
 int rcp__retry_decide(struct rcp_cluster *cl, rcp__req *rq, rcp__node *asked, const rcp_reply *r,
                       uint64_t *delay_ns, int *code, char *msg, size_t msglen);
 /* The request's deadline from a future's timeout (0: the handle's
- * request_timeout_ms; <0: none). */
-uint64_t rcp__req_deadline(struct rcp_cluster *cl, int timeout_ms);
+ * request_timeout_ms; <0: none). Inline: once per request. */
+static inline uint64_t rcp__req_deadline(struct rcp_cluster *cl, int timeout_ms)
+{
+    int ms = timeout_ms ? timeout_ms : cl->node_opt.request_timeout_ms;
+    return ms > 0 ? rcp__now_ns() + (uint64_t)ms * 1000000ull : 0;
+}
 /* Milliseconds left before the deadline as a future's timeout_ms (-1:
  * none; at least 1). */
 int rcp__req_remaining_ms(const rcp__req *rq);
@@ -442,10 +459,6 @@ void rcp__refresher_wake(struct rcp_cluster *cl);
 void rcp__refresher_stop(struct rcp_cluster *cl);
 
 /* async.c */
-/* Sends the request classified and formatted into cf->rq (its buf owned
- * from here: freed unless it is cf->inl), cf from rcp__cfut_get. RCP_OK
- * and f resolved once, or an error and f never called. */
-int rcp__async_send(struct rcp_cluster *cl, rcp_future *f, rcp__cfut *cf);
 /* The async path's whole entry for argv (classified, split or sent to the
  * blocking pool as it needs): the public send functions and split parts
  * come here. Contract as rcp_cluster_send_argv. */

@@ -88,14 +88,6 @@ rcp__node *rcp__cluster_node(struct rcp_cluster *cl, const char *host, int port,
     return rcp__node_get(cl, host, port, role);
 }
 
-struct rcp_conn *rcp__node_pin_locked(rcp__node *n, int role)
-{
-    struct rcp_conn *conn = atomic_load(&n->conn[role]);
-    if (conn)
-        rcp__conn_hold(conn);
-    return conn;
-}
-
 struct rcp_conn *rcp__cluster_pin(rcp__node *n, int role)
 {
     struct rcp_conn *conn;

@@ -153,12 +153,6 @@ int rcp__retry_decide(struct rcp_cluster *cl, rcp__req *rq, rcp__node *asked, co
     }
 }
 
-uint64_t rcp__req_deadline(struct rcp_cluster *cl, int timeout_ms)
-{
-    int ms = timeout_ms ? timeout_ms : cl->node_opt.request_timeout_ms;
-    return ms > 0 ? rcp__now_ns() + (uint64_t)ms * 1000000ull : 0;
-}
-
 int rcp__req_remaining_ms(const rcp__req *rq)
 {
     uint64_t now;

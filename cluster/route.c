@@ -37,20 +37,18 @@ static int usable_for_reads(rcp__node *n, int role, uint64_t now)
     return conn && rcp__conn_healthy(conn) && atomic_load(&n->loading_until) <= now;
 }
 
-/* Inside the read-side critical section. The caller's replica choice is
- * stable for replica_pick_ms so that its requests keep batching together.
- * *role says which of the node's connections to use: only a member picked
- * as a replica gets the READONLY one. */
-static rcp__node *pick(struct rcp_cluster *cl, rcp__shard *sh, const rcp__req *rq, int pinned,
-                       int *role)
+/* Inside the read-side critical section, for a read that may go to a
+ * replica (rcp__route sends the rest to the master without this call).
+ * The caller's replica choice is stable for replica_pick_ms so that its
+ * requests keep batching together. *role says which of the node's
+ * connections to use: only a member picked as a replica gets the READONLY
+ * one. */
+static rcp__node *pick(struct rcp_cluster *cl, rcp__shard *sh, const rcp__req *rq, int *role)
 {
     rcp__node *cand[32];
     size_t n = 0, i;
     uint64_t now, epoch;
     *role = RCP__AS_MASTER;
-    if (!(rq->flags & RCP__CMD_READONLY) || rq->policy == RCP_READ_MASTER_ONLY || pinned ||
-        sh->nreplicas == 0)
-        return sh->master;
     now = rcp__now_ns();
     if (rq->policy == RCP_READ_NEAREST) {
         /* Lowest measured round trip among the healthy members; unknown
@@ -104,8 +102,14 @@ struct rcp_conn *rcp__route(struct rcp_cluster *cl, rcp__req *rq, rcp__node **no
         } else if (m->nshards) {
             sh = &m->shards[rcp__rnd() % m->nshards];
         }
-        if (sh)
-            node = pick(cl, sh, rq, rq->has_slot ? atomic_load(&m->pinned[rq->slot]) : 0, &role);
+        /* A write, the master-only policy, a slot pinned to its master by
+         * an ASK, a shard without replicas: the master, without pick's
+         * frame (the common case, on every request). */
+        if (sh && (!(rq->flags & RCP__CMD_READONLY) || rq->policy == RCP_READ_MASTER_ONLY ||
+                   sh->nreplicas == 0 || (rq->has_slot && atomic_load(&m->pinned[rq->slot]))))
+            node = sh->master;
+        else if (sh)
+            node = pick(cl, sh, rq, &role);
     }
     if (node)
         conn = rcp__node_pin_locked(node, role);

@@ -54,6 +54,14 @@ int rcp__cmd_keys(const rcp__cmd *cmd, int argc, const char **argv, const size_t
  * route needs only argv[1]'s slot; rcp__cmd_keys and rcp__cmd_screen would
  * say the same at several times the cost. 0 otherwise, or cmd NULL. */
 int rcp__cmd_key1(const rcp__cmd *cmd, int argc);
+/* rcp__cmd_lookup, rcp__cmd_flags and rcp__cmd_key1 in one call, for a
+ * cluster's classification of every request: the command in *cmd, its
+ * flags in *flags (0 for NULL), rcp__cmd_key1's answer returned. A
+ * thread sending the command it sent last, with as many arguments, gets
+ * all three from what the thread remembers: one compare of the name's
+ * bytes and no further call. */
+int rcp__cmd_lookup_key1(int argc, const char **argv, const size_t *argvlen,
+                         const rcp__cmd **cmd, unsigned *flags);
 
 /* How a command may travel, from its flags (and, for RCP__CMD_BLOCK_OPTION
  * commands, its arguments): RCP_OK (a shared pipeline carries it),

@@ -1,5 +1,6 @@
 /* lib/conn.c: a pipelined connection to one Redis node: open, close,
- * options, stats, and the request path every sender takes.
+ * options, and the request path every sender takes (stats and the state
+ * others read: conn_stats.c).
  *
  * Any thread may send. A request is formatted straight into the pending
  * buffer under the connection mutex and its future recorded in the ring
@@ -248,23 +249,6 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
         rcp__loop_notify(loop, &c->src);
     }
     return RCP_OK;
-}
-
-int rcp__conn_options_keep(rcp_conn_options *o, rcp__tls_cfg **kept, char *why, size_t len)
-{
-    int rv;
-    *kept = NULL;
-    if (!o->tls)
-        return RCP_OK;
-    rv = rcp__tls_cfg_get(o, kept, why, len);
-    if (rv == RCP_OK)
-        rcp__tls_cfg_apply(*kept, o);
-    return rv;
-}
-
-void rcp__conn_options_drop(rcp__tls_cfg *kept)
-{
-    rcp__tls_cfg_put(kept);
 }
 
 static int open_checked(const rcp_conn_options *o, rcp_conn **out, char *errbuf, size_t errbuf_len);
@@ -521,28 +505,18 @@ static uint64_t desc_deadline(struct rcp_conn *c, const req_desc *d, uint64_t *n
     return conn_deadline_for(c, d->f, *now);
 }
 
-/* Queue requests in one critical section, so they are adjacent on the wire
- * and in the ring (no other caller's request can land between them). With
- * `asking`, ASKING goes first. */
-static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int asking)
+/* The first half of an enqueue (nslots checked against max_inflight by
+ * the caller): the mutex taken, room for nslots requests of total bytes
+ * (waiting for it by the queue policy), the pending buffer reserved.
+ * RCP_OK with the mutex held, or an error with it released. */
+static inline int enqueue_begin(struct rcp_conn *c, size_t total, unsigned nslots,
+                                uint64_t deadline)
 {
-    uint64_t now = 0, deadline = 0, first;
-    size_t extra = asking ? ASKING_LEN : 0, total = extra, i;
-    int rv, ring = 0, lowered = 0, sources = 0;
-
-    for (i = 0; i < n; i++) {
-        uint64_t dl = desc_deadline(c, &d[i], &now);
-        total += d[i].len;
-        sources |= d[i].src != NULL;
-        if (dl && (!deadline || dl < deadline))
-            deadline = dl;
-    }
-    if (n + (asking ? 1 : 0) > c->opt.max_inflight)
-        return RCP_ERR_TOO_LARGE;
+    int rv;
     pthread_mutex_lock(&c->mu);
-    rv = room_now(c, total, (unsigned)(n + (asking ? 1 : 0)));
+    rv = room_now(c, total, nslots);
     if (rv == ROOM_WAIT)
-        rv = wait_room(c, total, (unsigned)(n + (asking ? 1 : 0)), deadline);
+        rv = wait_room(c, total, nslots, deadline);
     if (rv != RCP_OK) {
         pthread_mutex_unlock(&c->mu);
         return rv;
@@ -551,29 +525,32 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
         pthread_mutex_unlock(&c->mu);
         return RCP_ERR_OOM;
     }
-    first = c->tail;
-    if (asking) {
-        memcpy(c->pend + c->pend_len, asking_cmd, ASKING_LEN);
-        c->pend_len += ASKING_LEN;
-        push_slot(c, &asking_future, 0, ASKING_LEN, NULL, NULL,
-                  d[0].src ? RCP__SLOT_ASKS_SOURCE : 0);
-    }
-    for (i = 0; i < n; i++) {
-        if (d[i].raw)
-            memcpy(c->pend + c->pend_len, d[i].raw, d[i].len);
-        else if (d[i].src)
-            rcp__format_source_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen,
-                                     d[i].src->len);
-        else
-            rcp__format_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen);
-        c->pend_len += d[i].len;
-        lowered |= push_slot(c, d[i].f, n == 1 ? deadline : desc_deadline(c, &d[i], &now),
-                             d[i].len, d[i].sink, d[i].src, asking && i == 0 ? RCP__SLOT_GLUED : 0);
-    }
+    return RCP_OK;
+}
+
+/* Mutex held, room reserved: ASKING into the pending buffer and the ring,
+ * in front of the command that follows it (glued to it). */
+static void push_asking(struct rcp_conn *c, int asks_source)
+{
+    memcpy(c->pend + c->pend_len, asking_cmd, ASKING_LEN);
+    c->pend_len += ASKING_LEN;
+    push_slot(c, &asking_future, 0, ASKING_LEN, NULL, NULL,
+              asks_source ? RCP__SLOT_ASKS_SOURCE : 0);
+}
+
+/* The second half: n requests queued from ring index `first` (lowered:
+ * one of them lowered the timer; sources: one streams its value; deadline:
+ * the soonest of theirs). The sender writes them itself, or the loop is
+ * woken if it must be, or neither; the mutex is released. */
+static inline __attribute__((always_inline)) void
+enqueue_end(struct rcp_conn *c, uint64_t first, size_t n, int lowered, int sources,
+            uint64_t deadline)
+{
+    int ring;
     conn_stat_add(&c->st.requests, n);
     if (!sources && caller_may_write(c, first)) { /* a source is the loop's to write */
         rcp__conn_caller_flush(c, lowered); /* unlocks */
-        return RCP_OK;
+        return;
     }
     if (!lowered && conn_corked(c))
         ring = 0; /* the first reply byte of the write in flight flushes them;
@@ -594,6 +571,68 @@ static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int ask
     pthread_mutex_unlock(&c->mu);
     if (ring)
         conn_ring_loop(c);
+}
+
+/* Queue requests in one critical section, so they are adjacent on the wire
+ * and in the ring (no other caller's request can land between them). With
+ * `asking`, ASKING goes first. */
+static int enqueue_many(struct rcp_conn *c, const req_desc *d, size_t n, int asking)
+{
+    uint64_t now = 0, deadline = 0, first;
+    size_t extra = asking ? ASKING_LEN : 0, total = extra, i;
+    int rv, lowered = 0, sources = 0;
+
+    for (i = 0; i < n; i++) {
+        uint64_t dl = desc_deadline(c, &d[i], &now);
+        total += d[i].len;
+        sources |= d[i].src != NULL;
+        if (dl && (!deadline || dl < deadline))
+            deadline = dl;
+    }
+    if (n + (asking ? 1 : 0) > c->opt.max_inflight)
+        return RCP_ERR_TOO_LARGE;
+    rv = enqueue_begin(c, total, (unsigned)(n + (asking ? 1 : 0)), deadline);
+    if (rv != RCP_OK)
+        return rv;
+    first = c->tail;
+    if (asking)
+        push_asking(c, d[0].src != NULL);
+    for (i = 0; i < n; i++) {
+        if (d[i].raw)
+            memcpy(c->pend + c->pend_len, d[i].raw, d[i].len);
+        else if (d[i].src)
+            rcp__format_source_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen,
+                                     d[i].src->len);
+        else
+            rcp__format_write(c->pend + c->pend_len, d[i].argc, d[i].argv, d[i].argvlen);
+        c->pend_len += d[i].len;
+        lowered |= push_slot(c, d[i].f, n == 1 ? deadline : desc_deadline(c, &d[i], &now),
+                             d[i].len, d[i].sink, d[i].src, asking && i == 0 ? RCP__SLOT_GLUED : 0);
+    }
+    enqueue_end(c, first, n, lowered, sources, deadline);
+    return RCP_OK;
+}
+
+/* enqueue_many for one pre-formatted request without a source (every
+ * cluster request but an upload): no descriptor to fill and no loop over
+ * one, on the path every such request takes. */
+static int enqueue_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                       int asking, uint64_t deadline, const rcp_sink *sink)
+{
+    uint64_t first;
+    int rv, lowered;
+    if ((asking ? 2u : 1u) > c->opt.max_inflight)
+        return RCP_ERR_TOO_LARGE;
+    rv = enqueue_begin(c, len + (asking ? ASKING_LEN : 0), asking ? 2 : 1, deadline);
+    if (rv != RCP_OK)
+        return rv;
+    first = c->tail;
+    if (asking)
+        push_asking(c, 0);
+    memcpy(c->pend + c->pend_len, raw, len);
+    c->pend_len += len;
+    lowered = push_slot(c, f, deadline, len, sink, NULL, asking ? RCP__SLOT_GLUED : 0);
+    enqueue_end(c, first, 1, lowered, 0, deadline);
     return RCP_OK;
 }
 
@@ -775,10 +814,20 @@ int rcp__conn_send_raw_until(struct rcp_conn *c, rcp_future *f, const char *raw,
     return rcp__conn_send_raw_sink(c, f, raw, len, asking, deadline, NULL);
 }
 
-/* One pre-formatted request with a deadline in ns, a sink, a source. */
-static int send_raw_one(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
-                        int asking, uint64_t deadline, const rcp_sink *sink,
-                        const rcp_source *src)
+int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                            int asking, uint64_t deadline, const rcp_sink *sink)
+{
+    int rv;
+    call_enter(c);
+    rv = enqueue_raw(c, f, raw, len, asking, deadline, sink);
+    call_leave(c);
+    return rv;
+}
+
+/* A pre-formatted head whose last argument streams from src: through
+ * enqueue_many, which knows sources. */
+int rcp__conn_send_raw_source(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
+                              int asking, uint64_t deadline, const rcp_source *src)
 {
     req_desc d;
     int rv;
@@ -788,24 +837,11 @@ static int send_raw_one(struct rcp_conn *c, rcp_future *f, const char *raw, size
     d.len = len;
     d.has_until = 1;
     d.until = deadline;
-    d.sink = sink;
     d.src = src;
     call_enter(c);
     rv = enqueue_many(c, &d, 1, asking);
     call_leave(c);
     return rv;
-}
-
-int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
-                            int asking, uint64_t deadline, const rcp_sink *sink)
-{
-    return send_raw_one(c, f, raw, len, asking, deadline, sink, NULL);
-}
-
-int rcp__conn_send_raw_source(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
-                              int asking, uint64_t deadline, const rcp_source *src)
-{
-    return send_raw_one(c, f, raw, len, asking, deadline, NULL, src);
 }
 
 rcp_reply *rcp__conn_command_raw_source(struct rcp_conn *c, const char *raw, size_t len,
@@ -866,20 +902,6 @@ rcp_reply *rcp__conn_command_raw_sink(struct rcp_conn *c, const char *raw, size_
     return r;
 }
 
-
-int rcp__conn_healthy(struct rcp_conn *c)
-{
-    return __atomic_load_n(&c->state, __ATOMIC_RELAXED) == RCP__ST_READY;
-}
-
-uint64_t rcp__conn_outstanding(struct rcp_conn *c)
-{
-    uint64_t n;
-    pthread_mutex_lock(&c->mu);
-    n = c->tail - c->head;
-    pthread_mutex_unlock(&c->mu);
-    return n;
-}
 
 /* The public sync calls: refuse a NULL handle and a loop thread, screen
  * the command (argv, or a format string and its arguments when ap is
@@ -974,14 +996,4 @@ void rcp__conn_hold(struct rcp_conn *c)
 void rcp__conn_release(struct rcp_conn *c)
 {
     atomic_fetch_sub(&c->active_calls, 1);
-}
-
-void rcp__conn_last_error(struct rcp_conn *c, char *buf, size_t len)
-{
-    pthread_mutex_lock(&c->mu);
-    if (c->last_err[0])
-        snprintf(buf, len, "%s", c->last_err);
-    else
-        snprintf(buf, len, "%s: no failure recorded", c->addr);
-    pthread_mutex_unlock(&c->mu);
 }

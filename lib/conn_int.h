@@ -552,7 +552,7 @@ size_t rcp__conn_take_replies(struct rcp_conn *c, rcp_future **futs, size_t n);
  * NULL future timed out: its reply is dropped). */
 void rcp__conn_resolve_taken(rcp_future **futs, rcp_reply **replies, size_t n);
 
-/* A sending thread that found the connection idle (conn.c, enqueue_many;
+/* A sending thread that found the connection idle (conn.c, enqueue_end;
  * mutex held, released on return): write the pending requests as the
  * loop's flush would, the loop kept off the socket meanwhile
  * (caller_writing), then hand the connection back, ringing the loop only

@@ -1,7 +1,9 @@
 /* lib/conn_stats.c: a connection's counters (rcp_conn_get_stats), read
  * without stopping traffic: each field is an atomic of its own, so each is
- * exact and the set is not one snapshot. */
+ * exact and the set is not one snapshot; and what the cluster layer reads
+ * of a connection's state (healthy, outstanding requests, last error). */
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "conn_int.h"
 
@@ -64,4 +66,28 @@ void rcp_conn_stats_add(rcp_conn_stats *sum, const rcp_conn_stats *add)
     A(sendfile_bytes);
     A(caller_uploads);
 #undef A
+}
+
+int rcp__conn_healthy(struct rcp_conn *c)
+{
+    return __atomic_load_n(&c->state, __ATOMIC_RELAXED) == RCP__ST_READY;
+}
+
+uint64_t rcp__conn_outstanding(struct rcp_conn *c)
+{
+    uint64_t n;
+    pthread_mutex_lock(&c->mu);
+    n = c->tail - c->head;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+void rcp__conn_last_error(struct rcp_conn *c, char *buf, size_t len)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->last_err[0])
+        snprintf(buf, len, "%s", c->last_err);
+    else
+        snprintf(buf, len, "%s: no failure recorded", c->addr);
+    pthread_mutex_unlock(&c->mu);
 }

@@ -1,12 +1,15 @@
-/* lib/options.c: what values the connection options may take. A value out
- * of range is refused when the handle is opened, with the option's name,
- * the value and the range, instead of failing later as an empty "connect
- * failed". The ranges are documented in docs/api.md. */
+/* lib/options.c: what values the connection options may take, and the
+ * handle's kept copy of its TLS options. A value out of range is refused
+ * when the handle is opened, with the option's name, the value and the
+ * range, instead of failing later as an empty "connect failed". The
+ * ranges are documented in docs/api.md. */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "connection.h"
 #include "options.h"
+#include "tls.h"
 
 #define MAX_INFLIGHT (1u << 24)
 
@@ -140,4 +143,23 @@ int rcp__opt_ranges_check(const rcp__opt_range *r, size_t n, char *why, size_t l
         return RCP_ERR_INVALID;
     }
     return RCP_OK;
+}
+
+/* A handle's copy of the TLS options, shared by its connections
+ * (connection.h). */
+int rcp__conn_options_keep(rcp_conn_options *o, rcp__tls_cfg **kept, char *why, size_t len)
+{
+    int rv;
+    *kept = NULL;
+    if (!o->tls)
+        return RCP_OK;
+    rv = rcp__tls_cfg_get(o, kept, why, len);
+    if (rv == RCP_OK)
+        rcp__tls_cfg_apply(*kept, o);
+    return rv;
+}
+
+void rcp__conn_options_drop(rcp__tls_cfg *kept)
+{
+    rcp__tls_cfg_put(kept);
 }
