@@ -112,9 +112,11 @@ struct rcp__loop {
     rcp__loop_src **srcs;
     size_t nsrcs, capsrcs;
     /* Set by the loop thread while it serves a pass of more than one
-     * ready socket: a connection then leaves its write to the end of the
-     * pass (rcp__loop_notify), so what the other sockets' callbacks send
-     * it rides in the same write. Read and written by that thread only. */
+     * ready socket (the epoll thread), or a socket event whose write is
+     * put off to the end of the application's iteration (loop_adapter.c):
+     * a connection then leaves its write to the ready-stack drain
+     * (rcp__loop_notify), so what the other sockets' callbacks send it
+     * rides in the same write. Read and written by that thread only. */
     int batch_pass;
 };
 
