@@ -81,7 +81,7 @@ static rcp_reply *sync_run(struct rcp_cluster *cl, rcp__req *rq)
             if (rq->src)
                 r = rcp__conn_command_raw_source(conn, rq->buf, rq->len, rq->asking,
                                                  rcp__req_remaining_ms(rq), rq->src);
-            else if (rq->sink || rq->asking ||
+            else if (rq->sink || rq->asking || cl->opt.bulk_pool <= 0 ||
                      !(r = sync_spill(cl, rq, node, conn)))
                 r = rcp__conn_command_raw_sink(conn, rq->buf, rq->len, rq->asking,
                                                rcp__req_remaining_ms(rq), rq->sink);

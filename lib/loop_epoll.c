@@ -91,7 +91,7 @@ static void *loop_main(void *arg)
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     while (!atomic_load(&l->stop)) {
         int64_t timeout;
-        int n, i;
+        int n, i, socks;
         rcp__loop_drain_ready(&l->base);
         timeout = epoll_run_timers(l);
         atomic_store(&l->sleeping, 1);
@@ -99,7 +99,11 @@ static void *loop_main(void *arg)
             timeout = 0;
         n = wait_events(l, evs, 64, timeout);
         atomic_store(&l->sleeping, 0);
-        l->base.batch_pass = n > 1;
+        /* Several sockets (the eventfd is no socket): their writes wait
+         * for the drain at the top of the next iteration (loop.h). */
+        for (i = 0, socks = 0; i < n; i++)
+            socks += evs[i].data.ptr != NULL;
+        l->base.batch_pass = socks > 1;
         for (i = 0; i < n; i++) {
             rcp__loop_src *s = evs[i].data.ptr;
             if (s == NULL) {
