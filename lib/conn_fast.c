@@ -328,7 +328,8 @@ static void fast_leave(struct rcp_conn *c)
             ring = fast_handback(c);
         } else {
             c->fast_active = 0;
-            ring = c->taken < c->tail && conn_want_loop(c);
+            /* need_read: the loop heard a hang-up while we had the socket. */
+            ring = (c->taken < c->tail && conn_want_loop(c)) || c->need_read;
         }
         pthread_mutex_unlock(&c->mu);
         if (ring)

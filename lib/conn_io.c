@@ -557,6 +557,11 @@ static void conn_process(rcp__loop_src *src, uint32_t events)
         if ((events & RCP__EV_READ) && c->armed && c->fd >= 0 &&
             rcp__loop_rearm(c->loop, c->fd, &c->src, 0) == 0)
             __atomic_store_n(&c->armed, 0, __ATOMIC_RELAXED);
+        /* A hang-up (often in the same segment as the caller's reply) is
+         * an edge we will not get again, and the caller stops reading at
+         * its reply: read it once the caller leaves (fast_leave rings). */
+        if (events & (RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP))
+            c->need_read = 1;
         pthread_mutex_unlock(&c->mu);
         return;
     }

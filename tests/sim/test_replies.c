@@ -6,6 +6,7 @@
  * RCP_ERR_IO (written) or RCP_ERR_NOT_SENT: never another request's reply;
  * the connection is replaced and later requests are answered. */
 #include <check.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +260,65 @@ START_TEST(stray_reply_on_idle_connection)
 }
 END_TEST
 
+/* The server answers a lone sync caller and closes at once (Redis's
+ * `timeout`, CLIENT KILL, a restart): the close comes in the same segment
+ * as the reply, while the caller has the socket and the loop is not
+ * reading. The loop must still hear it, then and there: the DISCONNECTED
+ * event and the reconnect come without waiting for the next request. Ten
+ * rounds, as the close can come before or after the caller hands back. */
+static atomic_int lone_lost;
+
+static void count_lone_lost(const rcp_event *ev, void *data)
+{
+    (void)data;
+    if (ev->type == RCP_EVENT_DISCONNECTED)
+        atomic_fetch_add(&lone_lost, 1);
+}
+
+START_TEST(closed_after_lone_reply)
+{
+    enum { ROUNDS = 10 };
+    sim_node *n = sim_new(NULL);
+    rcp_conn_options o;
+    rcp_conn *c = NULL;
+    char err[512] = "";
+    ck_assert_ptr_nonnull(n);
+    for (int i = 0; i < ROUNDS; i++)
+        sim_loadf(n, "expect GET a\nsend \"$1\\r\\na\\r\\n\"\nclose\n");
+    atomic_store(&lone_lost, 0);
+    rcp_conn_options_init(&o);
+    o.port = sim_port(n);
+    o.connect_timeout_ms = rcptest_scale(1000);
+    o.request_timeout_ms = rcptest_scale(3000);
+    o.reconnect_min_ms = 5;
+    o.reconnect_max_ms = 50;
+    o.event_cb = count_lone_lost;
+    ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "open: %s", err);
+    for (int i = 0; i < ROUNDS; i++) {
+        uint64_t until = rcptest_now_ns() + (uint64_t)rcptest_scale(3000) * 1000000ull;
+        rcp_reply *r;
+        for (;;) { /* NOT_SENT while it reconnects: never written, ask again */
+            r = rcp_conn_command(c, "GET a");
+            if (r->type != RCP_REPLY_ERROR || r->err != RCP_ERR_NOT_SENT || rcptest_now_ns() > until)
+                break;
+            rcp_reply_free(r);
+            rcptest_sleep_ms(5);
+        }
+        ck_assert_msg(r->type == RCP_REPLY_STRING && strcmp(r->str, "a") == 0,
+                      "round %d: type %d err %d \"%s\"", i, r->type, r->err, r->str ? r->str : "");
+        rcp_reply_free(r);
+        until = rcptest_now_ns() + (uint64_t)rcptest_scale(2000) * 1000000ull;
+        while (atomic_load(&lone_lost) < i + 1 && rcptest_now_ns() < until)
+            rcptest_sleep_ms(2);
+        ck_assert_msg(atomic_load(&lone_lost) == i + 1,
+                      "round %d: the close was not heard while the connection sat idle", i);
+    }
+    sim_assert_done(n, rcptest_scale(5000));
+    rcp_conn_close(c);
+    sim_free(n);
+}
+END_TEST
+
 /* "$1099511627776": a 1 TiB bulk announced, 3 bytes sent. Nothing of that
  * size may be allocated; A fails (its deadline, or the I/O timeout drops
  * the connection), B behind it too, never with each other's bytes; then
@@ -418,6 +478,7 @@ int main(void)
     tcase_add_loop_test(tc, malformed_reply, 0, (int)(sizeof garbage / sizeof garbage[0]));
     RCPTEST_ADD(tc, split_byte_by_byte, closed_mid_reply, more_replies_than_requests);
     tcase_add_loop_test(tc, stray_reply_on_idle_connection, 0, 2);
+    RCPTEST_ADD(tc, closed_after_lone_reply);
     RCPTEST_ADD(tc, huge_bulk_length, streamed_huge_bulk_capped, streamed_huge_array_capped,
                 cluster_protocol_error);
     return sim_run("sim-replies", tc);
