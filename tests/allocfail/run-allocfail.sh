@@ -17,7 +17,10 @@
 #                           the full sweep, when they fit)
 #   ALLOCFAIL_MAX_N=M       stop a test's sweep after N > M (reported as
 #                           capped, not as complete)
-#   ALLOCFAIL_TIMEOUT=T     seconds per run before it counts as a hang (60)
+#   ALLOCFAIL_TIMEOUT=T     seconds per test case before a run counts as a
+#                           hang (60): a run of a program with K test cases
+#                           gets K*T (an injected failure can make several
+#                           cases each wait out a bounded deadline)
 #   ALLOCFAIL_JOBS=J        tests swept at once (default 2; the strides are
 #                           set first, one test at a time, so the runs are
 #                           the same as with 1)
@@ -106,15 +109,19 @@ t_start=$(date +%s)
 # tests at a time: each sweep is the same N = 1, 1+S, 1+2S, ... it would be
 # alone (the strides are fixed before any sweep loads the machine), and
 # many runs wait on timers (a deadline, a reconnect), so two overlap well.
+# That first run, made in every mode, also counts the program's test cases
+# (check's "Checks: K"): a run's timeout is K times ALLOCFAIL_TIMEOUT.
 i=0
 while IFS=$'\x1f' read -r name envs cmd; do
     stride=$stride_opt
+    rm -f "$work/report"
+    t0=$(date +%s%N)
+    eval "env $envs RCP_FAIL_ALLOC_AT=1000000000000000 RCP_FAIL_ALLOC_LOG=$work/report timeout -k 5 $tmo $cmd" \
+        >"$work/clean-out" 2>&1
+    t0=$(( ($(date +%s%N) - t0) / 1000000 ))
+    k=$(grep -aoE 'Checks: [0-9]+' "$work/clean-out" | tail -1 | awk '{print $2}')
+    echo "$(( tmo * (${k:-0} > 1 ? ${k:-0} : 1) ))" >"$work/tmo-$i"
     if [ "$budget" -gt 0 ]; then
-        rm -f "$work/report"
-        t0=$(date +%s%N)
-        eval "env $envs RCP_FAIL_ALLOC_AT=1000000000000000 RCP_FAIL_ALLOC_LOG=$work/report timeout -k 5 $tmo $cmd" \
-            >/dev/null 2>&1
-        t0=$(( ($(date +%s%N) - t0) / 1000000 ))
         c=$(sed -n 's/^count \([0-9]*\).*/\1/p' "$work/report" 2>/dev/null | sort -n | tail -1)
         fit=$(( budget * 1000 / (t0 > 50 ? t0 : 50) ))
         [ "$fit" -lt 1 ] && fit=1
@@ -130,13 +137,14 @@ done <"$work/tests"
 sweep() {
     local idx=$1 name=$2 envs=$3 cmd=$4
     local -A cnt=([pass]=0 [assert]=0 [null-in-test]=0 [leak]=0 [sanitizer]=0 [crash]=0 [hang]=0)
-    local s_start n runs status maxcount stride rep out rc c cls bad=0
+    local s_start n runs status maxcount stride run_tmo rep out rc c cls bad=0
     s_start=$(date +%s)
     n=1
     runs=0
     status=complete
     maxcount=0
     stride=$(cat "$work/stride-$idx")
+    run_tmo=$(cat "$work/tmo-$idx")
     while :; do
         if [ "$max_n" -gt 0 ] && [ "$n" -gt "$max_n" ]; then
             status="capped at N=$max_n"
@@ -145,7 +153,7 @@ sweep() {
         rep="$work/report-$idx"
         out="$work/out-$idx"
         rm -f "$rep"
-        eval "env $envs RCP_FAIL_ALLOC_AT=$n RCP_FAIL_ALLOC_LOG=$rep timeout -k 5 $tmo $cmd" \
+        eval "env $envs RCP_FAIL_ALLOC_AT=$n RCP_FAIL_ALLOC_LOG=$rep timeout -k 5 $run_tmo $cmd" \
             >"$out" 2>&1
         rc=$?
         runs=$((runs + 1))
