@@ -151,9 +151,6 @@ static void conn_free(struct rcp_conn *c)
     rcp__free(c->client_name);
     rcp__tls_forget(c);
     rcp__tls_cfg_put(c->tls_cfg);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->space_cv);
-    pthread_cond_destroy(&c->state_cv);
     rcp__free(c);
 }
 
@@ -161,7 +158,6 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
                      struct rcp_conn **out)
 {
     struct rcp_conn *c;
-    pthread_condattr_t ca;
     uint64_t cap = 1;
 
     *out = NULL;
@@ -175,21 +171,11 @@ int rcp__conn_create(rcp__loop *loop, const rcp_conn_options *o, unsigned flags,
     if (!c)
         return RCP_ERR_OOM;
     c->opt = *o;
-    {
-        /* Critical sections are a few hundred ns (a memcpy of one request):
-         * spinning briefly beats sleeping in the kernel when 64 callers
-         * queue on one connection. */
-        pthread_mutexattr_t ma;
-        pthread_mutexattr_init(&ma);
-        pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
-        pthread_mutex_init(&c->mu, &ma);
-        pthread_mutexattr_destroy(&ma);
-    }
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->space_cv, &ca);
-    pthread_cond_init(&c->state_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    /* Critical sections are a few hundred ns (a memcpy of one request):
+     * the mutex spins briefly before it sleeps (lock.h). */
+    rcp__mutex_init(&c->mu);
+    rcp__cond_init(&c->space_cv);
+    rcp__cond_init(&c->state_cv);
     c->fd = -1;
     c->open_result = -1;
     c->min_deadline = UINT64_MAX;
@@ -339,9 +325,9 @@ static int open_checked(const rcp_conn_options *o, rcp_conn **out, char *errbuf,
     deadline = rcp__now_ns() + conn_ms_to_ns(o->connect_timeout_ms) + conn_ms_to_ns(1000);
     ts.tv_sec = (time_t)(deadline / 1000000000ull);
     ts.tv_nsec = (long)(deadline % 1000000000ull);
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     while (c->open_result < 0) {
-        if (pthread_cond_timedwait(&c->state_cv, &c->mu, &ts) == ETIMEDOUT)
+        if (rcp__cond_wait(&c->state_cv, &c->mu, &ts) == ETIMEDOUT)
             break;
     }
     rv = c->open_result;
@@ -351,7 +337,7 @@ static int open_checked(const rcp_conn_options *o, rcp_conn **out, char *errbuf,
     }
     if (rv != RCP_OK && errbuf)
         snprintf(errbuf, errbuf_len, "%s", c->open_msg);
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     if (rv != RCP_OK) {
         rcp_conn_close(c);
         return rv;
@@ -364,44 +350,44 @@ void rcp_conn_close(rcp_conn *c)
 {
     if (!c)
         return;
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     c->closing = 1;
     if (c->fast_active && c->fd >= 0)
         shutdown(c->fd, SHUT_RDWR); /* the lone caller's poll returns */
-    pthread_cond_broadcast(&c->space_cv);
-    pthread_mutex_unlock(&c->mu);
+    rcp__cond_broadcast(&c->space_cv);
+    rcp__mutex_unlock(&c->mu);
     if (c->loop) {
         rcp__loop_notify(c->loop, &c->src);
         /* An application loop run by this thread (adapter.h) is not
          * running while we wait: do its passes here. */
         for (;;) {
             int done;
-            pthread_mutex_lock(&c->mu);
+            rcp__mutex_lock(&c->mu);
             done = c->closed;
-            pthread_mutex_unlock(&c->mu);
+            rcp__mutex_unlock(&c->mu);
             if (done || !rcp__loop_run_pending(c->loop))
                 break;
         }
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         while (!c->closed) {
             struct timespec ts;
             uint64_t t = rcp__now_ns() + conn_ms_to_ns(50);
             ts.tv_sec = (time_t)(t / 1000000000ull);
             ts.tv_nsec = (long)(t % 1000000000ull);
-            pthread_cond_timedwait(&c->state_cv, &c->mu, &ts);
+            rcp__cond_wait(&c->state_cv, &c->mu, &ts);
             if (!c->closed) {
-                pthread_mutex_unlock(&c->mu);
+                rcp__mutex_unlock(&c->mu);
                 rcp__loop_notify(c->loop, &c->src);
-                pthread_mutex_lock(&c->mu);
+                rcp__mutex_lock(&c->mu);
             }
         }
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
     }
     /* Calls in progress (senders blocked for room, sync callers) finish. */
     while (atomic_load(&c->active_calls) > 0) {
-        pthread_mutex_lock(&c->mu);
-        pthread_cond_broadcast(&c->space_cv);
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_lock(&c->mu);
+        rcp__cond_broadcast(&c->space_cv);
+        rcp__mutex_unlock(&c->mu);
         usleep(1000);
     }
     if (c->loop) {
@@ -453,12 +439,12 @@ static __attribute__((noinline)) int wait_room(struct rcp_conn *c, size_t len, u
         if (deadline) {
             ts.tv_sec = (time_t)(deadline / 1000000000ull);
             ts.tv_nsec = (long)(deadline % 1000000000ull);
-            rv = pthread_cond_timedwait(&c->space_cv, &c->mu, &ts);
+            rv = rcp__cond_wait(&c->space_cv, &c->mu, &ts);
             c->space_waiters--;
             if (rv == ETIMEDOUT && rcp__now_ns() >= deadline)
                 return RCP_ERR_TIMEOUT;
         } else {
-            pthread_cond_wait(&c->space_cv, &c->mu);
+            rcp__cond_wait(&c->space_cv, &c->mu, NULL);
             c->space_waiters--;
         }
     }
@@ -513,16 +499,16 @@ static inline int enqueue_begin(struct rcp_conn *c, size_t total, unsigned nslot
                                 uint64_t deadline)
 {
     int rv;
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     rv = room_now(c, total, nslots);
     if (rv == ROOM_WAIT)
         rv = wait_room(c, total, nslots, deadline);
     if (rv != RCP_OK) {
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         return rv;
     }
     if (rcp__conn_pend_reserve(c, total) < 0) {
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         return RCP_ERR_OOM;
     }
     return RCP_OK;
@@ -568,7 +554,7 @@ enqueue_end(struct rcp_conn *c, uint64_t first, size_t n, int lowered, int sourc
         uint64_t lone = c->ring[c->fast_idx & c->mask].deadline;
         ring = !lone || deadline < lone;
     }
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     if (ring)
         conn_ring_loop(c);
 }

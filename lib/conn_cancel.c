@@ -59,7 +59,7 @@ int rcp__conn_cancel(struct rcp_conn *c, rcp_future *f)
     int rv;
     char msg[400];
 
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     /* From the tail: a request worth cancelling is most likely still
      * queued, at the end. */
     for (i = c->tail; i > c->head; i--)
@@ -73,7 +73,7 @@ int rcp__conn_cancel(struct rcp_conn *c, rcp_future *f)
          * alone could stop it: it is being resolved. Or its value is
          * being written from its source: the upload cannot stop in step,
          * and the source is read until it resolves. */
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         return RCP_CANCEL_TOO_LATE;
     }
     i--;
@@ -89,8 +89,8 @@ int rcp__conn_cancel(struct rcp_conn *c, rcp_future *f)
         }
     }
     if (c->space_waiters)
-        pthread_cond_broadcast(&c->space_cv);
-    pthread_mutex_unlock(&c->mu);
+        rcp__cond_broadcast(&c->space_cv);
+    rcp__mutex_unlock(&c->mu);
     if (rv == RCP_CANCEL_UNSENT)
         snprintf(msg, sizeof msg, "%s: cancelled before it was sent (never written)", c->addr);
     else

@@ -92,7 +92,7 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
              c->addr, cause);
     snprintf(unsent_msg, sizeof unsent_msg, "%s: %s (the request was not sent)", c->addr, cause);
 
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     was_state = c->state;
     closing = c->closing;
     snprintf(c->last_err, sizeof c->last_err, "%s: %s", c->addr, cause);
@@ -159,10 +159,10 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
                                                 : RCP_ERR_CONNECT;
         snprintf(c->open_msg, sizeof c->open_msg, "%s: %s", c->addr, cause);
     }
-    pthread_cond_broadcast(&c->state_cv);
+    rcp__cond_broadcast(&c->state_cv);
     if (c->space_waiters)
-        pthread_cond_broadcast(&c->space_cv);
-    pthread_mutex_unlock(&c->mu);
+        rcp__cond_broadcast(&c->space_cv);
+    rcp__mutex_unlock(&c->mu);
 
     /* Slots were in ring order: the first n_written were written. */
     for (i = 0; i < n; i++) {
@@ -184,10 +184,10 @@ void rcp__conn_fail(struct rcp_conn *c, int code, const char *cause)
         conn_emit(c, RCP_EVENT_CLOSED, RCP_ERR_CLOSED, "handle closed");
         /* Only now may rcp_conn_close free the handle: the futures and
          * events above still used it. */
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         c->closed = 1;
-        pthread_cond_broadcast(&c->state_cv);
-        pthread_mutex_unlock(&c->mu);
+        rcp__cond_broadcast(&c->state_cv);
+        rcp__mutex_unlock(&c->mu);
     }
 }
 
@@ -328,12 +328,12 @@ void rcp__conn_start_connect(struct rcp_conn *c)
 
     /* From here the connection is "connecting": senders queue behind the
      * handshake instead of being refused. */
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     c->attempts++;
     conn_set_state(c, RCP__ST_CONNECTING);
     c->connect_deadline = rcp__now_ns() + conn_ms_to_ns(c->opt.connect_timeout_ms);
     conn_set_timer(c, c->connect_deadline);
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -363,14 +363,14 @@ void rcp__conn_start_connect(struct rcp_conn *c)
         rcp__conn_fail(c, RCP_ERR_CONNECT, cause);
         return;
     }
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     c->fd = fd;
     if (queue_handshake(c) < 0) {
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         rcp__conn_fail(c, RCP_ERR_CONNECT, "out of memory queueing the handshake");
         return;
     }
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     __atomic_store_n(&c->armed, 1, __ATOMIC_RELAXED);
     if (rcp__loop_watch(c->loop, fd, &c->src) < 0) {
         snprintf(cause, sizeof cause, "cannot watch the socket: %s", strerror(errno));
@@ -403,7 +403,7 @@ static int become_ready(struct rcp_conn *c)
     c->ever_connected = 1;
     if (c->open_result < 0)
         c->open_result = RCP_OK;
-    pthread_cond_broadcast(&c->state_cv);
+    rcp__cond_broadcast(&c->state_cv);
     return 1;
 }
 
@@ -463,12 +463,12 @@ int rcp__conn_finish_connect(struct rcp_conn *c, uint32_t events)
                 return 0;
         }
     }
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     if (c->hs_end > c->head)
         conn_set_state(c, RCP__ST_HANDSHAKE);
     else
         ready = become_ready(c);
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     if (ready)
         emit_connected(c);
     return 1;
@@ -483,10 +483,10 @@ int rcp__conn_check_handshake(struct rcp_conn *c)
         rcp__conn_fail(c, RCP_ERR_AUTH, msg);
         return 0;
     }
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     if (c->state == RCP__ST_HANDSHAKE && c->head >= c->hs_end)
         ready = become_ready(c);
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     if (ready)
         emit_connected(c);
     return 1;

@@ -112,7 +112,7 @@ static void fast_fail(struct rcp_conn *c, int code, const char *cause)
     c->close_code = code;
     snprintf(c->close_msg, sizeof c->close_msg, "%s", cause);
     fast_handback(c);
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     conn_ring_loop(c);
 }
 
@@ -249,11 +249,11 @@ static int write_queued(struct rcp_conn *c, uint64_t j)
             fast_fail(c, RCP_ERR_IO, "out of memory taking a flush");
             return 0;
         }
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         rv = conn_write_some(c, c->wbuf, c->wlen, &c->woff);
         if (rv == CONN_IO_ERR)
             conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         rcp__conn_account_written(c);
         if (rv == CONN_IO_ERR) {
             fast_fail(c, RCP_ERR_IO, cause);
@@ -262,7 +262,7 @@ static int write_queued(struct rcp_conn *c, uint64_t j)
         if (rv == CONN_IO_AGAIN) {
             c->need_read = 1;
             fast_handback(c);
-            pthread_mutex_unlock(&c->mu);
+            rcp__mutex_unlock(&c->mu);
             conn_ring_loop(c);
             return 0;
         }
@@ -281,7 +281,7 @@ static void give_lead(struct rcp_conn *c, uint64_t j)
     c->fast_active = 1;
     c->fast_idx = j; /* the loop's timers keep off it from here */
     next->idx = j;
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     /* From here the socket is next's: touch nothing of c's I/O state.
      * next cannot be resolved meanwhile: only the thread on the socket
      * reads, the loop's timers skip fast_idx, and the loop fails the
@@ -331,7 +331,7 @@ static void fast_leave(struct rcp_conn *c)
             /* need_read: the loop heard a hang-up while we had the socket. */
             ring = (c->taken < c->tail && conn_want_loop(c)) || c->need_read;
         }
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         if (ring)
             conn_ring_loop(c);
         return;
@@ -352,11 +352,11 @@ void rcp__conn_offer_lead(struct rcp_conn *c)
     uint64_t i, j = UINT64_MAX;
     if (!c->opt.fast_path || c->opt.batch_delay_us)
         return;
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     if (c->state != RCP__ST_READY || c->closing || c->need_close || c->need_read || c->push_fn ||
         c->fast_active || c->caller_writing || c->wake_pending || c->fd < 0 ||
         c->wlen != c->woff || c->taken != c->tail || c->reply_too_large || c->so.on) {
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         return;
     }
     for (i = c->head; i < c->wr; i++) {
@@ -370,7 +370,7 @@ void rcp__conn_offer_lead(struct rcp_conn *c)
         j = i;
     }
     if (j == UINT64_MAX) {
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         return;
     }
     conn_stat_add(&c->st.loop_leads, 1);
@@ -387,7 +387,7 @@ static rcp_reply *fast_timeout(struct rcp_conn *c, uint64_t idx)
     c->ring[idx & c->mask].f = NULL;
     c->need_read = 1;
     fast_handback(c);
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     conn_ring_loop(c);
     conn_stat_add(&c->st.timeouts, 1);
     snprintf(cause, sizeof cause, "%s: request timed out (no reply before its deadline)", c->addr);
@@ -441,12 +441,12 @@ static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint
         }
         if (atomic_load_explicit(&c->behind, memory_order_relaxed)) {
             uint64_t q;
-            pthread_mutex_lock(&c->mu);
+            rcp__mutex_lock(&c->mu);
             atomic_store_explicit(&c->behind, 0, memory_order_relaxed);
             q = lead_holds(c, own) ? UINT64_MAX : lead_candidate(c);
             if (q != UINT64_MAX && !write_queued(c, q))
                 goto handed;
-            pthread_mutex_unlock(&c->mu);
+            rcp__mutex_unlock(&c->mu);
         }
         got = fast_read(c, deadline, since, cause, sizeof cause, &code);
         if (got > 0) {
@@ -455,26 +455,26 @@ static rcp_reply *lead_io(struct rcp_conn *c, sync_future *s, uint64_t own, uint
         }
         if (got < 0)
             goto fail;
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         return fast_timeout(c, own); /* ours is not in: only we read */
     }
     /* Our reply is in, the last of replies[]: take their slots, wake the
      * others first (those woken first queue again meanwhile: the batch we
      * write on leaving grows), then pass the socket on. */
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     rcp__conn_take_replies(c, futs, n); /* all n: ours, written, ends them */
     c->last_read_ns = since;
     if (n > 1) {
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         rcp__conn_resolve_taken(futs, replies, n - 1);
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
     }
     fast_leave(c);
     conn_stat_add(&c->st.fast_path, 1);
     return replies[n - 1];
 
 fail:
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     fast_fail(c, code, cause);
 handed : {
     /* The loop has the socket; our reply (if not in yet) comes from it. */
@@ -500,7 +500,7 @@ static rcp_reply *fast_io(struct rcp_conn *c, sync_future *s, uint64_t idx, cons
     if (wr == CONN_IO_AGAIN) {
         /* Socket buffer full: give the rest to the loop as pending. */
         size_t rest = len - off;
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         if (rcp__conn_pend_reserve(c, rest) < 0) {
             c->wr = idx; /* incomplete: never executed */
             fast_fail(c, RCP_ERR_IO, "out of memory handing a write to the loop");
@@ -516,13 +516,13 @@ static rcp_reply *fast_io(struct rcp_conn *c, sync_future *s, uint64_t idx, cons
             c->wr = c->taken = idx;
         }
         fast_handback(c);
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         conn_ring_loop(c);
         return NULL;
     }
     if (wr != CONN_IO_DONE) {
         conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         c->wr = idx; /* not (completely) written: never executed */
         fast_fail(c, RCP_ERR_IO, cause);
         return NULL;
@@ -540,12 +540,12 @@ static rcp_reply *fast_io(struct rcp_conn *c, sync_future *s, uint64_t idx, cons
  * recent writes under 1.25 commands on average (no batching to thin). */
 static int fast_claim(struct rcp_conn *c, int *spill)
 {
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     if (c->state != RCP__ST_READY || c->closing || c->fast_active || c->loop_io ||
         c->caller_writing || c->need_close || c->need_read || c->head != c->tail || c->fd < 0) {
         if (spill) /* flush_avg is in 16ths: under 1.25 commands per write */
             *spill = c->state == RCP__ST_READY && c->tail - c->head <= 1 && c->flush_avg < 20;
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         return 0;
     }
     if (conn_peek_idle(c) >= 0) {
@@ -554,7 +554,7 @@ static int fast_claim(struct rcp_conn *c, int *spill)
          * let the loop read and judge them instead of taking them as ours. */
         int ring = !c->need_read;
         c->need_read = 1;
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         if (ring)
             conn_ring_loop(c);
         return 0;
@@ -574,11 +574,11 @@ static rcp_reply *fast_upload(struct rcp_conn *c, sync_future *s, uint64_t idx, 
 {
     char cause[512];
     int rv = rcp__conn_source_upload(c, head, hlen, deadline, cause, sizeof cause);
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     if (rv == CONN_IO_DONE) {
         c->so.on = 0;
         c->wr = idx + 1;
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         conn_stat_add(&c->st.batches, 1);
         conn_stat_add(&c->st.commands_written, 1);
         return lead_io(c, s, idx, deadline);
@@ -654,7 +654,7 @@ static rcp_reply *try_fast(struct rcp_conn *c, sync_future *s, int argc, const c
     atomic_store_explicit(&c->behind, 0, memory_order_relaxed);
     c->last_read_ns = now;
     conn_stat_add(&c->st.requests, 1);
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
 
     if (!raw) {
         if (src)
@@ -688,9 +688,9 @@ static rcp_reply *sync_finish(rcp_conn *c, sync_future *s)
     for (;;) {
         if (sync_wait(s) == SF_DONE)
             return s->reply;
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         deadline = c->ring[s->idx & c->mask].deadline;
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         r = lead_io(c, s, s->idx, deadline);
         if (r)
             return r;

@@ -55,6 +55,7 @@
 
 #include "clock.h"
 #include "connection.h"
+#include "lock.h"
 #include "reply.h"
 #include "loop.h"
 #include "rcpipe/conn.h"
@@ -146,9 +147,9 @@ struct rcp_conn {
     uint64_t cap;         /* ring size, a power of two >= max_inflight */
     uint64_t mask;
 
-    pthread_mutex_t mu;   /* guards everything below up to "loop-owned" */
-    pthread_cond_t space_cv;
-    pthread_cond_t state_cv;
+    rcp__mutex mu;        /* guards everything below up to "loop-owned" (lock.h) */
+    rcp__cond space_cv;
+    rcp__cond state_cv;
     int space_waiters;
     rcp__slot *ring;
     uint64_t head, wr, taken, tail;

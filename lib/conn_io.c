@@ -46,9 +46,9 @@ static void expire(struct rcp_conn *c, uint64_t now)
     char msg[400];
     uint64_t i, n = 0, min = UINT64_MAX;
     int drop = 0;
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     if (c->min_deadline > now) {
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         return;
     }
     for (i = c->head; i < c->tail; i++) {
@@ -87,8 +87,8 @@ static void expire(struct rcp_conn *c, uint64_t now)
     }
     c->min_deadline = min;
     if (n && c->space_waiters)
-        pthread_cond_broadcast(&c->space_cv);
-    pthread_mutex_unlock(&c->mu);
+        rcp__cond_broadcast(&c->space_cv);
+    rcp__mutex_unlock(&c->mu);
     if (!n)
         return;
     conn_stat_add(&c->st.timeouts, n);
@@ -245,9 +245,9 @@ int rcp__conn_account_written(struct rcp_conn *c)
 static int stray_check(struct rcp_conn *c)
 {
     int pk, idle;
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     idle = c->head == c->wr && !c->push_fn; /* a push connection hears unasked */
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     if (!idle || c->fd < 0)
         return 1;
     pk = conn_peek_idle(c);
@@ -273,10 +273,10 @@ static int do_write(struct rcp_conn *c)
     for (rounds = 0; rounds < 8; rounds++) {
         uint64_t now = 0;
         int rv;
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         if (c->wlen == c->woff && !c->so.on) {
             if (c->state != RCP__ST_READY && c->state != RCP__ST_HANDSHAKE) {
-                pthread_mutex_unlock(&c->mu);
+                rcp__mutex_unlock(&c->mu);
                 return 1;
             }
             if (c->opt.batch_delay_us && c->taken < c->tail && c->flush_opened_ns) {
@@ -285,12 +285,12 @@ static int do_write(struct rcp_conn *c)
                     /* Let the flush fill; the timer writes it. */
                     c->wake_pending = 1;
                     conn_set_timer(c, c->flush_opened_ns + (uint64_t)c->opt.batch_delay_us * 1000);
-                    pthread_mutex_unlock(&c->mu);
+                    rcp__mutex_unlock(&c->mu);
                     return 1;
                 }
             }
             if (!rcp__conn_take_flush(c, c->state == RCP__ST_READY ? c->tail : c->hs_end, 1)) {
-                pthread_mutex_unlock(&c->mu);
+                rcp__mutex_unlock(&c->mu);
                 rcp__conn_fail(c, RCP_ERR_IO, "out of memory taking a flush");
                 return 0;
             }
@@ -299,7 +299,7 @@ static int do_write(struct rcp_conn *c)
                 c->flush_opened_ns = 0;
             }
         }
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         if (c->wlen == c->woff && !c->so.on)
             return 1;
         if (!c->armed && !stray_check(c))
@@ -315,13 +315,13 @@ static int do_write(struct rcp_conn *c)
             else
                 conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
             /* Account what was fully written before failing. */
-            pthread_mutex_lock(&c->mu);
+            rcp__mutex_lock(&c->mu);
             rcp__conn_account_written(c);
-            pthread_mutex_unlock(&c->mu);
+            rcp__mutex_unlock(&c->mu);
             rcp__conn_fail(c, RCP_ERR_IO, cause);
             return 0;
         }
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         if (rv == CONN_IO_DONE)
             c->so.on = 0; /* a source's value, if any, is out: its slot is written */
         rcp__conn_account_written(c);
@@ -340,10 +340,10 @@ static int do_write(struct rcp_conn *c)
                 c->flush_opened_ns = 0;
             }
             c->loop_io = 0;
-            pthread_mutex_unlock(&c->mu);
+            rcp__mutex_unlock(&c->mu);
             return 2;
         }
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         if (rv == CONN_IO_YIELD) {
             /* A large value: let the loop serve reads and other
              * connections, then come back. */
@@ -357,9 +357,9 @@ static int do_write(struct rcp_conn *c)
         }
     }
     /* Still more queued: come back after serving reads. */
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     c->wake_pending = 1;
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     conn_ring_loop(c);
     return 1;
 }
@@ -384,11 +384,11 @@ void rcp__conn_caller_flush(struct rcp_conn *c, int lowered)
         }
         if (c->wlen == c->woff)
             break;
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         rv = conn_write_some(c, c->wbuf, c->wlen, &c->woff);
         if (rv == CONN_IO_ERR)
             conn_io_cause(c, CONN_IO_ERR, "write", cause, sizeof cause);
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         lowered |= rcp__conn_account_written(c);
         if (rv != CONN_IO_DONE)
             break; /* the loop writes the rest (writability) or fails */
@@ -404,7 +404,7 @@ void rcp__conn_caller_flush(struct rcp_conn *c, int lowered)
     c->loop_deferred = 0;
     if (ring)
         c->wake_pending = 1;
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     if (ring || lowered)
         conn_ring_loop(c);
 }
@@ -428,7 +428,7 @@ size_t rcp__conn_take_replies(struct rcp_conn *c, rcp_future **futs, size_t n)
         c->head++;
     }
     if (c->space_waiters)
-        pthread_cond_broadcast(&c->space_cv);
+        rcp__cond_broadcast(&c->space_cv);
     conn_stat_add(&c->st.replies, i);
     if (late)
         conn_stat_add(&c->st.late_replies, late);
@@ -453,9 +453,9 @@ int rcp__conn_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
     size_t i;
     if (c->push_fn)
         return rcp__conn_push_dispatch(c, replies, n);
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     i = rcp__conn_take_replies(c, futs, n);
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     rcp__conn_resolve_taken(futs, replies, i);
     for (size_t k = i; k < n; k++)
         rcp_reply_free(replies[k]);
@@ -547,7 +547,7 @@ static void conn_process(rcp__loop_src *src, uint32_t events)
 {
     struct rcp_conn *c = conn_of_src(src);
     serve_snap sn;
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     if (c->fast_active) {
         /* A lone caller owns the socket right now; it hands back. If the
          * socket woke us for its reply, stop listening for data until we
@@ -562,7 +562,7 @@ static void conn_process(rcp__loop_src *src, uint32_t events)
          * its reply: read it once the caller leaves (fast_leave rings). */
         if (events & (RCP__EV_ERR | RCP__EV_HUP | RCP__EV_RDHUP))
             c->need_read = 1;
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         return;
     }
     if (c->caller_writing) {
@@ -574,7 +574,7 @@ static void conn_process(rcp__loop_src *src, uint32_t events)
         } else if (!events) {
             c->loop_deferred = 1; /* notified: a close, a pending flush */
         }
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         return;
     }
     /* While the loop may read, no caller may take the fast path: both
@@ -598,12 +598,12 @@ static void conn_process(rcp__loop_src *src, uint32_t events)
     }
     if (!(c->wake_pending && c->flush_opened_ns))
         c->wake_pending = 0;
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     if (serve(c, events, &sn))
         return; /* do_write gave the socket up (loop_io) already */
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     c->loop_io = 0;
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
 }
 
 static int serve(struct rcp_conn *c, uint32_t events, serve_snap *sn)
@@ -665,7 +665,7 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
     atomic_store_explicit(&c->timer_at, UINT64_MAX, memory_order_relaxed);
     expire(c, now);
 
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     state = c->state;
     closing = c->closing; /* rcp_conn_close sets it, under the mutex */
     fast = c->fast_active;
@@ -675,7 +675,7 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
     wake_flush = c->wake_pending && c->flush_opened_ns;
     if (c->min_deadline < next)
         next = c->min_deadline;
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
 
     if (state == RCP__ST_CLOSED)
         return UINT64_MAX;
@@ -722,7 +722,7 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
     }
     if (wake_flush) {
         uint64_t due = 0;
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         if (c->wake_pending && c->flush_opened_ns) {
             due = c->flush_opened_ns + (uint64_t)c->opt.batch_delay_us * 1000;
             if (now >= due) {
@@ -730,7 +730,7 @@ static uint64_t conn_timers(rcp__loop_src *src, uint64_t now)
                 flush = 1;
             }
         }
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         if (flush)
             conn_process(&c->src, 0);
         else if (due && due < next)

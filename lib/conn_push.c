@@ -30,10 +30,10 @@ int rcp__conn_create_push(rcp__loop *loop, const rcp_conn_options *o, rcp__push_
     po.io_timeout_ms = 0;
     rv = rcp__conn_create(loop, &po, 0, out);
     if (rv == RCP_OK) {
-        pthread_mutex_lock(&(*out)->mu);
+        rcp__mutex_lock(&(*out)->mu);
         (*out)->push_fn = fn;
         (*out)->push_data = data;
-        pthread_mutex_unlock(&(*out)->mu);
+        rcp__mutex_unlock(&(*out)->mu);
     }
     return rv;
 }
@@ -49,7 +49,7 @@ int rcp__conn_push_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
     size_t i, nhs = 0;
     if (n > sizeof hs / sizeof hs[0])
         n = sizeof hs / sizeof hs[0]; /* the caller hands at most DISPATCH_MAX */
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     /* The handshake's answers come first and take their slots. */
     while (nhs < n && c->head < c->hs_end && c->head < c->wr) {
         rcp__slot *s = &c->ring[c->head & c->mask];
@@ -59,8 +59,8 @@ int rcp__conn_push_dispatch(struct rcp_conn *c, rcp_reply **replies, size_t n)
     }
     conn_push_retire(c);
     if (c->space_waiters)
-        pthread_cond_broadcast(&c->space_cv);
-    pthread_mutex_unlock(&c->mu);
+        rcp__cond_broadcast(&c->space_cv);
+    rcp__mutex_unlock(&c->mu);
     conn_stat_add(&c->st.replies, n);
     for (i = 0; i < n; i++) {
         if (i < nhs) {

@@ -188,9 +188,9 @@ static void sink_done(struct rcp_conn *c)
 {
     c->sk.phase = CONN_SK_DONE;
     c->sk.on = 0;
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     c->sink_claim = 0;
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
 }
 
 /* Consume up to n bytes of the value and its CRLF from p. Returns the
@@ -314,17 +314,17 @@ int rcp__conn_sink_get_reply(struct rcp_conn *c, uint64_t next, void **reply)
     if (reader_at_boundary(rd) && rd->pos < rd->len && rd->buf[rd->pos] == '$') {
         long long len = 0;
         int h, streamed = 0;
-        pthread_mutex_lock(&c->mu);
+        rcp__mutex_lock(&c->mu);
         {
             rcp__slot *s = &c->ring[next & c->mask];
             if (next >= c->head && next < c->wr && s->sink) {
                 h = sink_header(rd->buf + rd->pos, rd->len - rd->pos, &len);
                 if (h == 0) {
-                    pthread_mutex_unlock(&c->mu);
+                    rcp__mutex_unlock(&c->mu);
                     return REDIS_OK; /* the header is split across reads */
                 }
                 if (h < 0) {
-                    pthread_mutex_unlock(&c->mu);
+                    rcp__mutex_unlock(&c->mu);
                     sink_protocol_error(c, "bad bulk string header");
                     return REDIS_ERR;
                 }
@@ -335,7 +335,7 @@ int rcp__conn_sink_get_reply(struct rcp_conn *c, uint64_t next, void **reply)
                 }
             }
         }
-        pthread_mutex_unlock(&c->mu);
+        rcp__mutex_unlock(&c->mu);
         if (streamed) {
             size_t k = sink_eat(c, rd->buf + rd->pos, rd->len - rd->pos);
             if (k == (size_t)-1)

@@ -76,18 +76,18 @@ int rcp__conn_healthy(struct rcp_conn *c)
 uint64_t rcp__conn_outstanding(struct rcp_conn *c)
 {
     uint64_t n;
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     n = c->tail - c->head;
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
     return n;
 }
 
 void rcp__conn_last_error(struct rcp_conn *c, char *buf, size_t len)
 {
-    pthread_mutex_lock(&c->mu);
+    rcp__mutex_lock(&c->mu);
     if (c->last_err[0])
         snprintf(buf, len, "%s", c->last_err);
     else
         snprintf(buf, len, "%s: no failure recorded", c->addr);
-    pthread_mutex_unlock(&c->mu);
+    rcp__mutex_unlock(&c->mu);
 }
