@@ -89,11 +89,47 @@ START_TEST(always_in_range)
 }
 END_TEST
 
+/* The hash-tag rule by its definition, a byte at a time. */
+static unsigned reference_slot(const unsigned char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] != '{')
+            continue;
+        for (size_t j = i + 1; j < len; j++)
+            if (p[j] == '}')
+                return j > i + 1 ? bitwise_slot(p + i + 1, j - i - 1) : bitwise_slot(p, len);
+        break;
+    }
+    return bitwise_slot(p, len);
+}
+
+START_TEST(brace_positions)
+{
+    /* Every length up to 24 (the word test covers 8-16), every place of
+     * one '{' and one '}', over bytes that are one bit from a brace (a
+     * word test that confused them would show here). */
+    unsigned char buf[24];
+    for (size_t len = 1; len <= sizeof buf; len++) {
+        for (size_t o = 0; o <= len; o++) {
+            for (size_t c = 0; c <= len; c++) {
+                for (size_t j = 0; j < len; j++)
+                    buf[j] = (unsigned char)((j & 1) ? ('{' ^ 0x01) : ('}' ^ 0x80));
+                if (o < len)
+                    buf[o] = '{';
+                if (c < len && c != o)
+                    buf[c] = '}';
+                ck_assert_uint_eq(rcp__keyslot((const char *)buf, len), reference_slot(buf, len));
+            }
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("keyslot");
     TCase *tc = rcptest_tcase(s, "core", 0);
 
-    RCPTEST_ADD(tc, known_vectors, hash_tags, public_api, always_in_range);
+    RCPTEST_ADD(tc, known_vectors, hash_tags, public_api, always_in_range, brace_positions);
     return rcptest_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
