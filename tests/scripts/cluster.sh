@@ -833,7 +833,11 @@ adopt_orphan_slots() {
         if [ -n "${missing// /}" ]; then
             echo "cluster.sh: node $p does not serve slots the others give it: $missing" >&2
             # shellcheck disable=SC2086
-            cli "$p" cluster addslots $missing >&2 || true
+            if cli "$p" cluster addslots $missing >&2; then
+                # For a caller that counts what was lost: the node dropped
+                # these slots (and their keys) itself; they come back empty.
+                echo "adopted $p $missing"
+            fi
         fi
     done
 }
