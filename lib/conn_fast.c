@@ -17,12 +17,10 @@
  * the socket back to the loop on anything unusual (partial write,
  * timeout, error, stray bytes). */
 #include <errno.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -48,16 +46,6 @@ typedef struct sync_future {
     uint64_t idx;      /* its slot, set by whoever hands it the lead */
 } sync_future;
 
-static void futex_wait(atomic_uint *addr, unsigned val)
-{
-    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-static void futex_wake(atomic_uint *addr)
-{
-    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
 static void sync_resolve(rcp_future *f, rcp_reply *r)
 {
     sync_future *s = (sync_future *)f;
@@ -67,7 +55,7 @@ static void sync_resolve(rcp_future *f, rcp_reply *r)
     /* After this store the waiter may return: touch nothing of s after.
      * A leading caller resolving its own future finds SF_LEAD: no wake. */
     if (atomic_exchange(&s->state, SF_DONE) == SF_SLEEPING) {
-        futex_wake(&s->state);
+        rcp__futex_wake(&s->state, 1);
         conn_stat_add(&c->st.futex_wakes, 1);
     }
 }
@@ -85,7 +73,7 @@ static unsigned sync_wait(sync_future *s)
                 continue;
             }
         }
-        futex_wait(&s->state, SF_SLEEPING);
+        rcp__futex_wait(&s->state, SF_SLEEPING, NULL);
         v = atomic_load(&s->state);
     }
     return v;
@@ -288,7 +276,7 @@ static void give_lead(struct rcp_conn *c, uint64_t j)
      * connection only once the socket is handed back to it. */
     conn_stat_add(&c->st.leads, 1);
     if (atomic_exchange(&next->state, SF_LEAD) == SF_SLEEPING) {
-        futex_wake(&next->state);
+        rcp__futex_wake(&next->state, 1);
         conn_stat_add(&c->st.futex_wakes, 1);
     }
 }

@@ -11,9 +11,19 @@
  * glibc's default for PTHREAD_MUTEX_ADAPTIVE_NP (100 tries). */
 #define SPIN_TRIES 100
 
-static long futex(_Atomic int *addr, int op, int val, const struct timespec *ts, int val3)
+int rcp__futex_wait(_Atomic unsigned *addr, unsigned val, const struct timespec *until)
 {
-    return syscall(SYS_futex, (int *)addr, op, val, ts, NULL, val3);
+    /* WAIT_BITSET takes an absolute time on CLOCK_MONOTONIC. */
+    if (syscall(SYS_futex, (unsigned *)addr, FUTEX_WAIT_BITSET_PRIVATE, val, until, NULL,
+                FUTEX_BITSET_MATCH_ANY) < 0 &&
+        errno == ETIMEDOUT)
+        return ETIMEDOUT;
+    return 0;
+}
+
+void rcp__futex_wake(_Atomic unsigned *addr, int n)
+{
+    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
 static inline void cpu_relax(void)
@@ -27,9 +37,9 @@ static inline void cpu_relax(void)
 
 void rcp__mutex_lock_slow(rcp__mutex *m)
 {
-    int c;
+    unsigned c;
     for (int i = 0; i < SPIN_TRIES; i++) {
-        int free_ = 0;
+        unsigned free_ = 0;
         if (atomic_load_explicit(&m->v, memory_order_relaxed) == 0 &&
             atomic_compare_exchange_weak_explicit(&m->v, &free_, 1, memory_order_acquire,
                                                   memory_order_relaxed))
@@ -39,30 +49,26 @@ void rcp__mutex_lock_slow(rcp__mutex *m)
     /* Sleep, marking the mutex waited for: its unlocker then wakes one. */
     c = atomic_exchange_explicit(&m->v, 2, memory_order_acquire);
     while (c != 0) {
-        futex(&m->v, FUTEX_WAIT_PRIVATE, 2, NULL, 0);
+        rcp__futex_wait(&m->v, 2, NULL);
         c = atomic_exchange_explicit(&m->v, 2, memory_order_acquire);
     }
 }
 
 void rcp__mutex_wake(rcp__mutex *m)
 {
-    futex(&m->v, FUTEX_WAKE_PRIVATE, 1, NULL, 0);
+    rcp__futex_wake(&m->v, 1);
 }
 
 int rcp__cond_wait(rcp__cond *cv, rcp__mutex *m, const struct timespec *until)
 {
     unsigned seq = atomic_load_explicit(&cv->seq, memory_order_relaxed);
-    long r;
-    int err;
+    int rv;
     atomic_fetch_add_explicit(&cv->waiters, 1, memory_order_relaxed);
     rcp__mutex_unlock(m);
-    /* WAIT_BITSET takes an absolute time on CLOCK_MONOTONIC. */
-    r = futex((_Atomic int *)&cv->seq, FUTEX_WAIT_BITSET_PRIVATE, (int)seq, until,
-              FUTEX_BITSET_MATCH_ANY);
-    err = r < 0 ? errno : 0;
+    rv = rcp__futex_wait(&cv->seq, seq, until);
     atomic_fetch_sub_explicit(&cv->waiters, 1, memory_order_relaxed);
     rcp__mutex_lock(m);
-    return err == ETIMEDOUT ? ETIMEDOUT : 0;
+    return rv;
 }
 
 void rcp__cond_broadcast(rcp__cond *cv)
@@ -70,5 +76,5 @@ void rcp__cond_broadcast(rcp__cond *cv)
     if (atomic_load_explicit(&cv->waiters, memory_order_relaxed) == 0)
         return;
     atomic_fetch_add_explicit(&cv->seq, 1, memory_order_relaxed);
-    futex((_Atomic int *)&cv->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, 0);
+    rcp__futex_wake(&cv->seq, INT_MAX);
 }

@@ -21,13 +21,20 @@
 #include <time.h>
 
 typedef struct rcp__mutex {
-    _Atomic int v;
+    _Atomic unsigned v;
 } rcp__mutex;
 
 typedef struct rcp__cond {
     _Atomic unsigned seq;
     _Atomic int waiters;
 } rcp__cond;
+
+/* The futex calls, for this file and the sync futures (conn_fast.c).
+ * wait: sleeps while *addr == val, until woken (or early: callers
+ * re-check), or until `until` (absolute CLOCK_MONOTONIC; NULL: none);
+ * 0, or ETIMEDOUT once it has passed. wake: wakes up to n sleepers. */
+int rcp__futex_wait(_Atomic unsigned *addr, unsigned val, const struct timespec *until);
+void rcp__futex_wake(_Atomic unsigned *addr, int n);
 
 void rcp__mutex_lock_slow(rcp__mutex *m);
 void rcp__mutex_wake(rcp__mutex *m);
@@ -39,7 +46,7 @@ static inline void rcp__mutex_init(rcp__mutex *m)
 
 static inline void rcp__mutex_lock(rcp__mutex *m)
 {
-    int free_ = 0;
+    unsigned free_ = 0;
     if (__builtin_expect(atomic_compare_exchange_strong_explicit(&m->v, &free_, 1,
                                                                  memory_order_acquire,
                                                                  memory_order_relaxed),
