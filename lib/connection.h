@@ -129,14 +129,6 @@ int rcp__conn_push_send(struct rcp_conn *c, const char *raw, size_t len);
  * connection is waiting to reconnect), RCP_ERR_QUEUE_FULL,
  * RCP_ERR_TIMEOUT (blocked for room past f's deadline), RCP_ERR_OOM. */
 int rcp__conn_send_raw(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len, int asking);
-/* As rcp__conn_send_raw, with the request's deadline given as a time
- * (ns on rcp__now_ns's clock, lib/clock.h; 0: none) instead of by
- * f->timeout_ms, which is not read: for a caller that keeps its own
- * deadline across attempts (the cluster's retries), so that it is not
- * turned into milliseconds and back, with a clock read each way, per
- * attempt. */
-int rcp__conn_send_raw_until(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
-                             int asking, uint64_t deadline);
 /* Queue n pre-formatted commands in one critical section: adjacent on the
  * wire, nothing of another caller's between them (with `asking`, ASKING
  * first). All or nothing: RCP_OK and every f[i] resolved once, or an error
@@ -189,15 +181,23 @@ int rcp__source_replayable(const rcp_source *src);
  * (nothing was sent); RCP_ERR_OOM. */
 int rcp__source_inline(int argc, const char **argv, const size_t *argvlen, const rcp_source *src,
                        char **out, size_t *outlen, char *why, size_t whylen);
-/* rcp__conn_send_raw_until whose reply streams to sink (NULL: an ordinary
- * request). The sink MUST stay valid until f is resolved. A bulk reply
+/* As rcp__conn_send_raw, with the request's deadline given as a time
+ * (ns on rcp__now_ns's clock, lib/clock.h; 0: none) instead of by
+ * f->timeout_ms, which is not read: for a caller that keeps its own
+ * deadline across attempts (the cluster's retries), so that it is not
+ * turned into milliseconds and back, with a clock read each way, per
+ * attempt; and whose reply streams to sink (NULL: an ordinary request).
+ * The caller MUST hold c (rcp__conn_hold; the cluster's pinned
+ * connection): this takes no hold of its own, being on every cluster
+ * request's path. The sink MUST stay valid until f is resolved. A bulk reply
  * resolves f with its length (an integer reply) or RCP_ERR_SINK; any
  * other reply as usual, the sink untouched. */
 int rcp__conn_send_raw_sink(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
                             int asking, uint64_t deadline, const rcp_sink *sink);
-/* rcp__conn_send_raw_until of a command's head (its arguments but the
- * last, then "$<len>\r\n": rcp__format_source_write) whose last argument
- * streams from src (conn_source.c). The source MUST stay valid until f
+/* rcp__conn_send_raw_sink (no sink; it takes its own hold) of a
+ * command's head (its arguments but the last, then "$<len>\r\n":
+ * rcp__format_source_write) whose last argument streams from src
+ * (conn_source.c). The source MUST stay valid until f
  * is resolved. RCP_ERR_NOT_SENT on f means no byte of it was pulled. */
 int rcp__conn_send_raw_source(struct rcp_conn *c, rcp_future *f, const char *raw, size_t len,
                               int asking, uint64_t deadline, const rcp_source *src);
