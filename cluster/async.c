@@ -50,12 +50,19 @@ rcp__cfut *rcp__cfut_get(struct rcp_cluster *cl)
     if (!cf && !(cf = rcp__malloc(sizeof(*cf))))
         return NULL;
     /* Zero what a new request must find zero (its future for the
-     * connection, the routing and retry state, the cancel flag), not the
-     * whole header: user and cl are set by every sender (async_send,
-     * batch.c) before a read, later by cfut_later and rcp__later_add,
-     * next_free by rcp__cfut_put. */
+     * connection, the retry state, the bytes a refusal frees, the cancel
+     * flag), not the whole header: user and cl are set by every sender
+     * (async_send, batch.c) before a read, later by cfut_later and
+     * rcp__later_add, next_free by rcp__cfut_put. Of rq, every sender sets
+     * policy, sink and src, then rcp__classify flags, has_slot and slot,
+     * then the format len and buf, then async_send the deadline (batch.c
+     * copies a whole rq it zeroed itself). */
     cf->inner = (rcp_future){0};
-    cf->rq = (rcp__req){0};
+    cf->rq.buf = NULL;
+    cf->rq.len = 0;
+    cf->rq.redirects = cf->rq.retries = 0;
+    cf->rq.target = cf->rq.last = NULL;
+    cf->rq.asking = 0;
     atomic_store_explicit(&cf->cancelled, 0, memory_order_relaxed);
     return cf;
 }
@@ -308,7 +315,10 @@ void rcp__cfut_submit(rcp__cfut *cf)
     cfut_submit(cf, 0);
 }
 
-void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r)
+/* rcp__cfut_on_reply for an error reply, or any reply on a handle with
+ * a client-side cache: out of line, so that the common end of a request
+ * pays no frame for the retry rules' message. */
+static __attribute__((noinline)) void on_reply_slow(rcp_future *f, rcp_reply *r)
 {
     rcp__cfut *cf = (rcp__cfut *)f;
     struct rcp_cluster *cl = cf->cl;
@@ -317,7 +327,7 @@ void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r)
     char msg[300];
     /* Anything but an error is the answer (rcp__retry_decide's first
      * rule): its call, which only resets the redirect state of a request
-     * given back now, is skipped on the common path. */
+     * given back now, is skipped. */
     int act = r->type != RCP_REPLY_ERROR
                   ? RCP__ACT_DONE
                   : rcp__retry_decide(cl, &cf->rq, (rcp__node *)f->data, r, &delay, &code, msg,
@@ -340,6 +350,18 @@ void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r)
     } else {
         rcp__cfut_submit(cf);
     }
+}
+
+void rcp__cfut_on_reply(rcp_future *f, rcp_reply *r)
+{
+    rcp__cfut *cf = (rcp__cfut *)f;
+    /* Anything but an error is the answer (rcp__retry_decide's first
+     * rule); with no cache to keep in step, the request ends here. */
+    if (r->type != RCP_REPLY_ERROR && !cf->cl->cache) {
+        cfut_finish(cf, r);
+        return;
+    }
+    on_reply_slow(f, r);
 }
 
 /* Sends the request classified and formatted into cf->rq (its buf owned

@@ -26,6 +26,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include <urcu-bp.h>
+
 #include "clock.h"
 #include "connection.h"
 #include "logic.h"
@@ -308,7 +310,11 @@ int rcp__seed_role(const struct rcp_cluster *cl);
  * is the thread of that loop (which is not running while we wait), the
  * loop's passes are run here. */
 void rcp__cluster_join(struct rcp_cluster *cl, pthread_t th, atomic_int *done);
-void rcp__cluster_unpin(struct rcp_conn *conn);
+/* Ends a pin (rcp__node_pin_locked, rcp__cluster_pin, ...). */
+static inline void rcp__cluster_unpin(struct rcp_conn *conn)
+{
+    rcp__conn_release(conn);
+}
 /* The nodes of the current map (masters only, or all), up to max, each
  * once; is_master[i] says its role there. Node records live until the
  * handle closes. Returns how many were written. */
@@ -341,13 +347,15 @@ rcp__map *rcp__map_build(struct rcp_cluster *cl, const rcp__slots_table *t, rcp_
 /* route.c */
 /* A per-thread xorshift; its seed also fixes the thread's replica choice. */
 uint64_t rcp__rnd(void);
-/* Picks the node for the request's next attempt (its redirect target, else
- * its slot's shard by read policy, else any master) and pins its
- * connection. NULL with *code (RCP_ERR_CLUSTER_DOWN: no node serves the
- * slot; RCP_ERR_NOT_SENT: the node has no connection) when there is
- * nowhere to send; *node_out is the node, if any. */
-struct rcp_conn *rcp__route(struct rcp_cluster *cl, rcp__req *rq, rcp__node **node_out,
-                            int *code);
+/* rcp__route's replica choice (below), inside the read-side critical
+ * section, for a read that may go to a replica: the node, and in *role
+ * which of its connections to use. */
+rcp__node *rcp__route_pick(struct rcp_cluster *cl, rcp__shard *sh, const rcp__req *rq, int *role);
+/* rcp__route's last step for a request rcp__bulk_wanted: conn (the
+ * node's shared connection, pinned) traded for one of its bulk
+ * connections if one can be had. Returns the connection to use, pinned. */
+struct rcp_conn *rcp__route_bulk(struct rcp_cluster *cl, rcp__node *node, int role,
+                                 struct rcp_conn *conn);
 /* The node a dedicated-connection request (blocking command, transaction,
  * WATCH) goes to: its redirect target, else its slot's master, else (no
  * key) any master; NULL if none (a refresh is asked for). Node records
@@ -374,6 +382,52 @@ static inline int rcp__bulk_wanted(const struct rcp_cluster *cl, const rcp__req 
  * can be had (closing, the node no longer served in that role, out of
  * memory): the caller keeps the shared connection. */
 struct rcp_conn *rcp__bulk_pin(struct rcp_cluster *cl, rcp__node *n, int role);
+
+/* Picks the node for the request's next attempt (its redirect target, else
+ * its slot's shard by read policy, else any master) and pins its
+ * connection. NULL with *code (RCP_ERR_CLUSTER_DOWN: no node serves the
+ * slot; RCP_ERR_NOT_SENT: the node has no connection) when there is
+ * nowhere to send; *node_out is the node, if any. Under urcu_bp_read_lock,
+ * with no lock and no allocation. Inline: every request takes it, and
+ * most go to their slot's master (route.c has the rest). */
+static inline struct rcp_conn *rcp__route(struct rcp_cluster *cl, rcp__req *rq,
+                                          rcp__node **node_out, int *code)
+{
+    rcp__map *m;
+    rcp__node *node = rq->target; /* a redirect names a master */
+    struct rcp_conn *conn = NULL;
+    int role = RCP__AS_MASTER;
+
+    urcu_bp_read_lock();
+    m = rcp__map_current(cl);
+    if (!node) {
+        rcp__shard *sh = NULL;
+        if (rq->has_slot)
+            sh = atomic_load(&m->slots[rq->slot]);
+        else if (m->nshards)
+            sh = &m->shards[rcp__rnd() % m->nshards];
+        /* A write, the master-only policy, a slot pinned to its master by
+         * an ASK, a shard without replicas: the master, without the
+         * replica choice. */
+        if (sh && (!(rq->flags & RCP__CMD_READONLY) || rq->policy == RCP_READ_MASTER_ONLY ||
+                   sh->nreplicas == 0 || (rq->has_slot && atomic_load(&m->pinned[rq->slot]))))
+            node = sh->master;
+        else if (sh)
+            node = rcp__route_pick(cl, sh, rq, &role);
+    }
+    if (node)
+        conn = rcp__node_pin_locked(node, role);
+    urcu_bp_read_unlock();
+    if (conn && rcp__bulk_wanted(cl, rq))
+        conn = rcp__route_bulk(cl, node, role, conn);
+    *node_out = node;
+    if (!node)
+        *code = RCP_ERR_CLUSTER_DOWN;
+    else if (!conn)
+        *code = RCP_ERR_NOT_SENT;
+    return conn;
+}
+
 /* For a sync caller that found n's shared connection `shared` busy: an
  * idle bulk connection of the same role (none outstanding), made if the
  * pool is not full; pinned. NULL if there is none to be had. */

@@ -161,7 +161,7 @@ static const uint16_t crc16_table[4][256] = {
     },
 };
 
-static uint16_t crc16(const unsigned char *p, size_t len)
+static inline __attribute__((always_inline)) uint16_t crc16(const unsigned char *p, size_t len)
 {
     const uint16_t(*t)[256] = crc16_table;
     unsigned crc = 0;

@@ -124,11 +124,6 @@ int rcp__seed_role(const struct rcp_cluster *cl)
     return cl->ctl_loop ? RCP__AS_CONTROL : RCP__AS_MASTER;
 }
 
-void rcp__cluster_unpin(struct rcp_conn *conn)
-{
-    rcp__conn_release(conn);
-}
-
 static int listed(rcp__node *const *out, size_t k, const rcp__node *n)
 {
     size_t i;

@@ -7,7 +7,10 @@
  * stable for replica_pick_ms, so that its requests keep batching together
  * on one connection instead of spreading over every replica. A request
  * that moves many bytes then takes one of that node's bulk connections
- * for the same role instead of its shared pipeline (bulk.c). */
+ * for the same role instead of its shared pipeline (bulk.c).
+ *
+ * rcp__route itself, the path every request takes, is inline in
+ * cluster_int.h; here are its replica choice and its bulk hand-over. */
 #include <stdio.h>
 
 #include <urcu-bp.h>
@@ -37,13 +40,10 @@ static int usable_for_reads(rcp__node *n, int role, uint64_t now)
     return conn && rcp__conn_healthy(conn) && atomic_load(&n->loading_until) <= now;
 }
 
-/* Inside the read-side critical section, for a read that may go to a
- * replica (rcp__route sends the rest to the master without this call).
- * The caller's replica choice is stable for replica_pick_ms so that its
- * requests keep batching together. *role says which of the node's
- * connections to use: only a member picked as a replica gets the READONLY
- * one. */
-static rcp__node *pick(struct rcp_cluster *cl, rcp__shard *sh, const rcp__req *rq, int *role)
+/* rcp__route_pick (cluster_int.h). The caller's replica choice is stable
+ * for replica_pick_ms so that its requests keep batching together; only a
+ * member picked as a replica gets the READONLY connection. */
+rcp__node *rcp__route_pick(struct rcp_cluster *cl, rcp__shard *sh, const rcp__req *rq, int *role)
 {
     rcp__node *cand[32];
     size_t n = 0, i;
@@ -85,53 +85,19 @@ static rcp__node *pick(struct rcp_cluster *cl, rcp__shard *sh, const rcp__req *r
     return cand[i];
 }
 
-struct rcp_conn *rcp__route(struct rcp_cluster *cl, rcp__req *rq, rcp__node **node_out,
-                            int *code)
+struct rcp_conn *rcp__route_bulk(struct rcp_cluster *cl, rcp__node *node, int role,
+                                 struct rcp_conn *conn)
 {
-    rcp__map *m;
-    rcp__node *node = rq->target; /* a redirect names a master */
-    struct rcp_conn *conn = NULL;
-    int role = RCP__AS_MASTER;
-
-    urcu_bp_read_lock();
-    m = rcp__map_current(cl);
-    if (!node) {
-        rcp__shard *sh = NULL;
-        if (rq->has_slot) {
-            sh = atomic_load(&m->slots[rq->slot]);
-        } else if (m->nshards) {
-            sh = &m->shards[rcp__rnd() % m->nshards];
-        }
-        /* A write, the master-only policy, a slot pinned to its master by
-         * an ASK, a shard without replicas: the master, without pick's
-         * frame (the common case, on every request). */
-        if (sh && (!(rq->flags & RCP__CMD_READONLY) || rq->policy == RCP_READ_MASTER_ONLY ||
-                   sh->nreplicas == 0 || (rq->has_slot && atomic_load(&m->pinned[rq->slot]))))
-            node = sh->master;
-        else if (sh)
-            node = pick(cl, sh, rq, &role);
-    }
-    if (node)
-        conn = rcp__node_pin_locked(node, role);
-    urcu_bp_read_unlock();
-    if (conn && rcp__bulk_wanted(cl, rq)) {
-        /* Same node and role, one of its bulk connections (bulk.c): the
-         * shared pipeline's small requests never wait behind this one.
-         * None to be had (closing, out of memory): the shared one. */
-        struct rcp_conn *bulk = rcp__bulk_pin(cl, node, role);
-        if (bulk) {
-            rcp__cluster_unpin(conn);
-            conn = bulk;
-            rcp__stat_add(&cl->bulk_requests, 1);
-            rcp__stat_add(&node->bulk_requests, 1);
-        }
-    }
-    *node_out = node;
-    if (!node)
-        *code = RCP_ERR_CLUSTER_DOWN;
-    else if (!conn)
-        *code = RCP_ERR_NOT_SENT;
-    return conn;
+    /* Same node and role, one of its bulk connections (bulk.c): the shared
+     * pipeline's small requests never wait behind this one. None to be had
+     * (closing, out of memory): the shared one. */
+    struct rcp_conn *bulk = rcp__bulk_pin(cl, node, role);
+    if (!bulk)
+        return conn;
+    rcp__cluster_unpin(conn);
+    rcp__stat_add(&cl->bulk_requests, 1);
+    rcp__stat_add(&node->bulk_requests, 1);
+    return bulk;
 }
 
 int rcp__cluster_slot_master(struct rcp_cluster *cl, unsigned slot, char *host, size_t hostlen,

@@ -101,51 +101,8 @@ static const rcp__cmd *find(const char *name)
     return NULL;
 }
 
-/* The bytes the caller spelled a command's name with (up to 16 of them),
- * as name_key_of reads them: a name of the same length and the same key
- * has the same bytes. */
-struct name_key {
-    uint64_t a, b;
-    size_t len; /* 0: none */
-};
-
-/* What this thread remembers, in one thread-local object (one address to
- * compute on the request path, not one per variable):
- * - cmd: the last command without subcommands it looked up, so that the
- *   same command again (the common case) skips the lower-casing and the
- *   binary search; key: the bytes its name was spelled with, so that the
- *   same bytes are cmd without the case-folding compare;
- * - k1cmd, k1argc, k1val: rcp__cmd_key1's last answer, a function of cmd
- *   and argc only, so the same pair has the same answer. */
-static RCP__THREAD_LOCAL struct {
-    const rcp__cmd *cmd;
-    struct name_key key;
-    const rcp__cmd *k1cmd;
-    int k1argc, k1val;
-} tl;
-
-/* Reads s[0..n) (1 <= n <= 16) into k: its first and last 8 (or 4, or
- * single) bytes, which between them cover every byte. */
-static void name_key_of(struct name_key *k, const char *s, size_t n)
-{
-    k->len = n;
-    if (n >= 8) {
-        uint64_t a, b;
-        memcpy(&a, s, 8);
-        memcpy(&b, s + n - 8, 8);
-        k->a = a;
-        k->b = b;
-    } else if (n >= 4) {
-        uint32_t a, b;
-        memcpy(&a, s, 4);
-        memcpy(&b, s + n - 4, 4);
-        k->a = a;
-        k->b = b;
-    } else {
-        k->a = (unsigned char)s[0] | (uint64_t)(unsigned char)s[n / 2] << 8;
-        k->b = (unsigned char)s[n - 1];
-    }
-}
+/* What this thread remembers (cmdtable.h, struct rcp__cmd_memo). */
+RCP__THREAD_LOCAL struct rcp__cmd_memo rcp__cmd_memo;
 
 /* The name (lower case in the table) equals s[0..n) ignoring ASCII case. */
 static int same_name(const char *name, const char *s, size_t n)
@@ -161,19 +118,19 @@ static int same_name(const char *name, const char *s, size_t n)
     return name[n] == '\0';
 }
 
-/* tl.cmd if argv[0] has the same bytes as last time, else NULL. */
+/* rcp__cmd_memo.cmd if argv[0] has the same bytes as last time, else NULL. */
 static inline const rcp__cmd *last_hit(int argc, const char **argv, const size_t *argvlen)
 {
-    const rcp__cmd *last = tl.cmd;
-    struct name_key k;
+    const rcp__cmd *last = rcp__cmd_memo.cmd;
+    struct rcp__name_key k;
     size_t len0;
     if (!last || argc < 1 || !argv || !argv[0])
         return NULL;
     len0 = arg_len(argv, argvlen, 0);
-    if (!len0 || len0 != tl.key.len)
+    if (!len0 || len0 != rcp__cmd_memo.key.len)
         return NULL;
-    name_key_of(&k, argv[0], len0);
-    return k.a == tl.key.a && k.b == tl.key.b ? last : NULL;
+    rcp__name_key_of(&k, argv[0], len0);
+    return k.a == rcp__cmd_memo.key.a && k.b == rcp__cmd_memo.key.b ? last : NULL;
 }
 
 const rcp__cmd *rcp__cmd_lookup(int argc, const char **argv, const size_t *argvlen)
@@ -187,20 +144,20 @@ const rcp__cmd *rcp__cmd_lookup(int argc, const char **argv, const size_t *argvl
     if (argc < 1 || !argv || !argv[0])
         return NULL;
     len0 = arg_len(argv, argvlen, 0);
-    last = tl.cmd;
+    last = rcp__cmd_memo.cmd;
     if (last && same_name(last->name, argv[0], len0)) {
         if (len0 && len0 <= 16)
-            name_key_of(&tl.key, argv[0], len0);
+            rcp__name_key_of(&rcp__cmd_memo.key, argv[0], len0);
         return last; /* never a container: those are not remembered */
     }
     if (!append_lower(buf, &pos, argv[0], len0))
         return NULL;
     cmd = find(buf);
     if (cmd && cmd->nsubs == 0) {
-        tl.cmd = cmd;
-        tl.key.len = 0;
+        rcp__cmd_memo.cmd = cmd;
+        rcp__cmd_memo.key.len = 0;
         if (len0 && len0 <= 16)
-            name_key_of(&tl.key, argv[0], len0);
+            rcp__name_key_of(&rcp__cmd_memo.key, argv[0], len0);
     }
     if (!cmd || cmd->nsubs == 0 || argc < 2)
         return cmd;
@@ -472,39 +429,24 @@ static int key1_of(const rcp__cmd *cmd, int argc)
 
 int rcp__cmd_key1(const rcp__cmd *cmd, int argc)
 {
-    if (cmd != tl.k1cmd || argc != tl.k1argc || !cmd) {
-        tl.k1val = key1_of(cmd, argc);
-        tl.k1cmd = cmd;
-        tl.k1argc = argc;
+    if (cmd != rcp__cmd_memo.k1cmd || argc != rcp__cmd_memo.k1argc || !cmd) {
+        rcp__cmd_memo.k1val = key1_of(cmd, argc);
+        rcp__cmd_memo.k1cmd = cmd;
+        rcp__cmd_memo.k1argc = argc;
+        rcp__cmd_memo.k1flags = cmd ? cmd->flags : 0;
     }
-    return tl.k1val;
+    return rcp__cmd_memo.k1val;
 }
 
-/* rcp__cmd_lookup_key1 when the thread's memory does not answer. Out of
- * line, so the common case pays no frame for it. */
-static __attribute__((noinline)) int lookup_key1_slow(int argc, const char **argv,
-                                                      const size_t *argvlen,
-                                                      const rcp__cmd **cmd, unsigned *flags)
+/* rcp__cmd_lookup_key1 (cmdtable.h) when the thread's memory does not
+ * answer. */
+int rcp__cmd_lookup_key1_slow(int argc, const char **argv, const size_t *argvlen,
+                              const rcp__cmd **cmd, unsigned *flags)
 {
     const rcp__cmd *c = rcp__cmd_lookup(argc, argv, argvlen);
     *cmd = c;
     *flags = rcp__cmd_flags(c);
     return rcp__cmd_key1(c, argc);
-}
-
-int rcp__cmd_lookup_key1(int argc, const char **argv, const size_t *argvlen,
-                         const rcp__cmd **cmd, unsigned *flags)
-{
-    /* argvlen NULL (C strings) takes the slow path: a strlen here would
-     * cost the common case a frame. */
-    const rcp__cmd *c = argvlen ? last_hit(argc, argv, argvlen) : NULL;
-    if (c && c == tl.k1cmd && argc == tl.k1argc) {
-        /* As rcp__cmd_lookup, rcp__cmd_flags and rcp__cmd_key1 answer. */
-        *cmd = c;
-        *flags = c->flags;
-        return tl.k1val;
-    }
-    return lookup_key1_slow(argc, argv, argvlen, cmd, flags);
 }
 
 int rcp__cmd_screen(const rcp__cmd *cmd, int argc, const char **argv, const size_t *argvlen,

@@ -8,6 +8,10 @@
 #define RCP_CMDTABLE_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "thread_local.h"
 
 enum {
     RCP__CMD_READONLY = 1u << 0, /* may go to a replica; safe to resend after RCP_ERR_IO */
@@ -54,14 +58,82 @@ int rcp__cmd_keys(const rcp__cmd *cmd, int argc, const char **argv, const size_t
  * route needs only argv[1]'s slot; rcp__cmd_keys and rcp__cmd_screen would
  * say the same at several times the cost. 0 otherwise, or cmd NULL. */
 int rcp__cmd_key1(const rcp__cmd *cmd, int argc);
+/* The bytes the caller spelled a command's name with (up to 16 of them),
+ * as rcp__name_key_of reads them: a name of the same length and the same
+ * key has the same bytes. */
+struct rcp__name_key {
+    uint64_t a, b;
+    size_t len; /* 0: none */
+};
+
+/* Reads s[0..n) (1 <= n <= 16) into k: its first and last 8 (or 4, or
+ * single) bytes, which between them cover every byte. */
+static inline void rcp__name_key_of(struct rcp__name_key *k, const char *s, size_t n)
+{
+    k->len = n;
+    if (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+        k->a = a;
+        k->b = b;
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        k->a = a;
+        k->b = b;
+    } else {
+        k->a = (unsigned char)s[0] | (uint64_t)(unsigned char)s[n / 2] << 8;
+        k->b = (unsigned char)s[n - 1];
+    }
+}
+
+/* What a thread remembers, in one thread-local object (one address to
+ * compute on the request path, not one per variable); cmdtable.c keeps it:
+ * - cmd: the last command without subcommands it looked up, so that the
+ *   same command again (the common case) skips the lower-casing and the
+ *   binary search; key: the bytes its name was spelled with, so that the
+ *   same bytes are cmd without the case-folding compare;
+ * - k1cmd, k1argc, k1val, k1flags: rcp__cmd_key1's last answer, a
+ *   function of cmd and argc only (so the same pair has the same answer),
+ *   and k1cmd's flags.
+ * Visible here only for rcp__cmd_lookup_key1's inline check. */
+struct rcp__cmd_memo {
+    const rcp__cmd *cmd;
+    struct rcp__name_key key;
+    const rcp__cmd *k1cmd;
+    int k1argc, k1val;
+    unsigned k1flags;
+};
+extern RCP__THREAD_LOCAL struct rcp__cmd_memo rcp__cmd_memo;
+
+int rcp__cmd_lookup_key1_slow(int argc, const char **argv, const size_t *argvlen,
+                              const rcp__cmd **cmd, unsigned *flags);
+
 /* rcp__cmd_lookup, rcp__cmd_flags and rcp__cmd_key1 in one call, for a
  * cluster's classification of every request: the command in *cmd, its
  * flags in *flags (0 for NULL), rcp__cmd_key1's answer returned. A
  * thread sending the command it sent last, with as many arguments, gets
  * all three from what the thread remembers: one compare of the name's
- * bytes and no further call. */
-int rcp__cmd_lookup_key1(int argc, const char **argv, const size_t *argvlen,
-                         const rcp__cmd **cmd, unsigned *flags);
+ * bytes, inline in the caller, and no call. argvlen NULL (C strings)
+ * takes the slow path: a strlen here would cost the common case. */
+static inline int rcp__cmd_lookup_key1(int argc, const char **argv, const size_t *argvlen,
+                                       const rcp__cmd **cmd, unsigned *flags)
+{
+    const struct rcp__cmd_memo *m = &rcp__cmd_memo;
+    if (argvlen && argv && argv[0] && m->cmd && m->cmd == m->k1cmd && argc == m->k1argc &&
+        argvlen[0] && argvlen[0] == m->key.len) {
+        struct rcp__name_key k;
+        rcp__name_key_of(&k, argv[0], argvlen[0]);
+        if (k.a == m->key.a && k.b == m->key.b) {
+            *cmd = m->cmd;
+            *flags = m->k1flags;
+            return m->k1val;
+        }
+    }
+    return rcp__cmd_lookup_key1_slow(argc, argv, argvlen, cmd, flags);
+}
 
 /* How a command may travel, from its flags (and, for RCP__CMD_BLOCK_OPTION
  * commands, its arguments): RCP_OK (a shared pipeline carries it),

@@ -6,8 +6,8 @@
  * load from the thread pointer. The cost: these variables take static TLS
  * space, which a program that dlopen()s librcpipe draws from glibc's
  * reserve (rtld.optional_static_tls, 512 bytes by default); they hold
- * about 100 bytes (the command look-up's memory of the last name and of
- * rcp__cmd_key1's answer, one struct, are 48 of them). Larger per-thread
+ * about 110 bytes (the command look-up's memory of the last name and of
+ * rcp__cmd_key1's answer, one struct, are 56 of them). Larger per-thread
  * buffers (refusal messages) stay plain _Thread_local. */
 #ifndef RCP_THREAD_LOCAL_H
 #define RCP_THREAD_LOCAL_H
