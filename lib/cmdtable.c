@@ -121,16 +121,9 @@ static int same_name(const char *name, const char *s, size_t n)
 /* rcp__cmd_memo.cmd if argv[0] has the same bytes as last time, else NULL. */
 static inline const rcp__cmd *last_hit(int argc, const char **argv, const size_t *argvlen)
 {
-    const rcp__cmd *last = rcp__cmd_memo.cmd;
-    struct rcp__name_key k;
-    size_t len0;
-    if (!last || argc < 1 || !argv || !argv[0])
+    if (!rcp__cmd_memo.cmd || argc < 1 || !argv || !argv[0])
         return NULL;
-    len0 = arg_len(argv, argvlen, 0);
-    if (!len0 || len0 != rcp__cmd_memo.key.len)
-        return NULL;
-    rcp__name_key_of(&k, argv[0], len0);
-    return k.a == rcp__cmd_memo.key.a && k.b == rcp__cmd_memo.key.b ? last : NULL;
+    return rcp__cmd_memo_hit(argv[0], arg_len(argv, argvlen, 0));
 }
 
 const rcp__cmd *rcp__cmd_lookup(int argc, const char **argv, const size_t *argvlen)

@@ -111,6 +111,18 @@ extern RCP__THREAD_LOCAL struct rcp__cmd_memo rcp__cmd_memo;
 int rcp__cmd_lookup_key1_slow(int argc, const char **argv, const size_t *argvlen,
                               const rcp__cmd **cmd, unsigned *flags);
 
+/* The remembered command if name[0..len) has the bytes it was last
+ * spelled with, else NULL: the one compare both look-ups start with. */
+static inline const rcp__cmd *rcp__cmd_memo_hit(const char *name, size_t len)
+{
+    const struct rcp__cmd_memo *m = &rcp__cmd_memo;
+    struct rcp__name_key k;
+    if (!m->cmd || !len || len != m->key.len)
+        return NULL;
+    rcp__name_key_of(&k, name, len);
+    return k.a == m->key.a && k.b == m->key.b ? m->cmd : NULL;
+}
+
 /* rcp__cmd_lookup, rcp__cmd_flags and rcp__cmd_key1 in one call, for a
  * cluster's classification of every request: the command in *cmd, its
  * flags in *flags (0 for NULL), rcp__cmd_key1's answer returned. A
@@ -122,15 +134,12 @@ static inline int rcp__cmd_lookup_key1(int argc, const char **argv, const size_t
                                        const rcp__cmd **cmd, unsigned *flags)
 {
     const struct rcp__cmd_memo *m = &rcp__cmd_memo;
-    if (argvlen && argv && argv[0] && m->cmd && m->cmd == m->k1cmd && argc == m->k1argc &&
-        argvlen[0] && argvlen[0] == m->key.len) {
-        struct rcp__name_key k;
-        rcp__name_key_of(&k, argv[0], argvlen[0]);
-        if (k.a == m->key.a && k.b == m->key.b) {
-            *cmd = m->cmd;
-            *flags = m->k1flags;
-            return m->k1val;
-        }
+    const rcp__cmd *c;
+    if (argvlen && argv && argv[0] && argc == m->k1argc &&
+        (c = rcp__cmd_memo_hit(argv[0], argvlen[0])) != NULL && c == m->k1cmd) {
+        *cmd = c;
+        *flags = m->k1flags;
+        return m->k1val;
     }
     return rcp__cmd_lookup_key1_slow(argc, argv, argvlen, cmd, flags);
 }
