@@ -122,6 +122,7 @@ typedef struct config {
     unsigned io_threads;
     bool no_fast_path;
     bool cork;
+    int spare_conns;     /* -1: the option's default */
     const char *password;
     const char *user;
     bool progress;
@@ -434,6 +435,8 @@ static void usage(FILE *f)
         "      --io-threads N       rcpipe: I/O loop threads\n"
         "      --no-fast-path       rcpipe: disable the lone-caller fast path\n"
         "      --cork               rcpipe: adaptive corking (option cork, docs/tuning.md)\n"
+        "      --spare-conns N      rcpipe, one server: spare connections for sync callers\n"
+        "                           (option spare_conns, 0..8; default the option's, 3)\n"
         "      --count-allocs       rcpipe: count the library's allocations during the run\n"
         "      --stream             rcpipe: GETs stream their value into a sink that counts\n"
         "                           and discards it (rcp_sink); SETs send theirs from a\n"
@@ -587,6 +590,7 @@ enum {
     OPT_IO_THREADS,
     OPT_NO_FAST_PATH,
     OPT_CORK,
+    OPT_SPARE_CONNS,
     OPT_USER,
     OPT_PROGRESS,
     OPT_CLUSTER_MODE,
@@ -710,6 +714,7 @@ static void parse_args(config *cfg, int argc, char **argv)
         {"io-threads", required_argument, NULL, OPT_IO_THREADS},
         {"no-fast-path", no_argument, NULL, OPT_NO_FAST_PATH},
         {"cork", no_argument, NULL, OPT_CORK},
+        {"spare-conns", required_argument, NULL, OPT_SPARE_CONNS},
         {"json-out-file", required_argument, NULL, OPT_JSON},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"cluster-mode", no_argument, NULL, OPT_CLUSTER_MODE},
@@ -758,6 +763,7 @@ static void parse_args(config *cfg, int argc, char **argv)
     cfg->test_time_s = 10;
     cfg->client = CLIENT_RCPIPE;
     cfg->read_policy = -1;
+    cfg->spare_conns = -1;
     cfg->bulk_pool = -1;
     cfg->key_pattern[0] = cfg->key_pattern[1] = 'R';
     cfg->key_median = cfg->key_stddev = NAN;
@@ -797,6 +803,9 @@ static void parse_args(config *cfg, int argc, char **argv)
             break;
         case OPT_NO_FAST_PATH: cfg->no_fast_path = true; break;
         case OPT_CORK: cfg->cork = true; break;
+        case OPT_SPARE_CONNS:
+            cfg->spare_conns = (int)parse_u64("--spare-conns", optarg, 0, 8);
+            break;
         case OPT_JSON: cfg->json_out = optarg; break;
         case OPT_PROGRESS: cfg->progress = true; break;
         case OPT_CLUSTER_MODE: cfg->cluster_forced = true; break;
@@ -911,9 +920,10 @@ static void parse_args(config *cfg, int argc, char **argv)
     if (cfg->user && !cfg->password)
         die_usage("--user needs --auth PASSWORD");
     if (cfg->client == CLIENT_CLASSIC &&
-        (cfg->batch_delay_set || cfg->io_threads_set || cfg->no_fast_path || cfg->cork))
-        die_usage("--batch-delay-us, --io-threads, --no-fast-path and --cork apply to --client "
-                  "rcpipe only");
+        (cfg->batch_delay_set || cfg->io_threads_set || cfg->no_fast_path || cfg->cork ||
+         cfg->spare_conns >= 0))
+        die_usage("--batch-delay-us, --io-threads, --no-fast-path, --cork and --spare-conns "
+                  "apply to --client rcpipe only");
     if (cfg->client == CLIENT_CLASSIC && cfg->read_policy > RCP_READ_MASTER_ONLY)
         die_usage("--read-policy %s applies to --client rcpipe only (classic reads masters)",
                   read_policy_name(cfg->read_policy));
@@ -3072,6 +3082,9 @@ static void print_results(const config *cfg, const results *r)
         printf("commands/write       %.2f (%" PRIu64 " batches, %" PRIu64 " send calls)\n",
                r->commands_per_write, r->lib.batches, r->lib.write_calls);
         printf("fast path            %.1f%% of requests\n", 100.0 * r->fast_path_fraction);
+        if (r->lib.spare_requests)
+            printf("spare connections    %.1f%% of requests (sync callers behind another)\n",
+                   100.0 * ratio_or_nan((double)r->lib.spare_requests, (double)r->ops));
         if (r->cork)
             printf("corked sends         %.3f /op (waited for the first reply byte of the "
                    "write in flight)\n", ratio_or_nan((double)r->lib.corked, (double)r->ops));
@@ -3162,6 +3175,8 @@ static bool write_json(const config *cfg, const results *r)
              r->lib_ok ? ratio_or_nan((double)r->lib.leads, (double)r->ops) : NAN, false);
     json_num(f, "corked_per_op",
              r->lib_ok ? ratio_or_nan((double)r->lib.corked, (double)r->ops) : NAN, false);
+    json_num(f, "spare_requests_per_op",
+             r->lib_ok ? ratio_or_nan((double)r->lib.spare_requests, (double)r->ops) : NAN, false);
     json_num(f, "commands_per_write", r->lib_ok ? r->commands_per_write : NAN, false);
     json_num(f, "fast_path_fraction", r->lib_ok ? r->fast_path_fraction : NAN, false);
     json_num(f, "write_calls_per_op",
@@ -3732,6 +3747,8 @@ int main(int argc, char **argv)
             o.fast_path = 0;
         if (cfg.cork)
             o.cork = 1;
+        if (cfg.spare_conns >= 0)
+            o.spare_conns = cfg.spare_conns;
         if (cfg.tls) {
             o.tls = 1;
             o.tls_ca_file = cfg.tls_s.ca_file;
@@ -4036,6 +4053,7 @@ int main(int argc, char **argv)
         res.lib.leads = s1->leads - s0->leads;
         res.lib.caller_replies = s1->caller_replies - s0->caller_replies;
         res.lib.corked = s1->corked - s0->corked;
+        res.lib.spare_requests = s1->spare_requests - s0->spare_requests;
         lib_requests = res.lib.requests;
         if (b.cluster || (cfg.event_loop && cfg.cluster)) {
             const rcp_cluster_stats *c0 = &st0.cl, *c1 = &st1.cl;

@@ -47,6 +47,7 @@ void rcp_conn_options_init(rcp_conn_options *o)
     o->reconnect_max_ms = 2000;
     o->keepalive_s = 60;
     o->fast_path = 1;
+    o->spare_conns = 3;
 }
 
 /* ------------------------------------------------------------------ */
@@ -284,6 +285,8 @@ static int open_checked(const rcp_conn_options *o, rcp_conn **out, char *errbuf,
         /* The application's loop: nothing to wait on here (the loop may
          * be this thread's, not running yet). It connects when it runs. */
         rv = rcp__conn_create(rcp__loop_of(o->loop), o, 0, out);
+        if (rv == RCP_OK)
+            (*out)->spare_ok = o->spare_conns > 0;
         if (rv != RCP_OK && errbuf)
             snprintf(errbuf, errbuf_len, "rcp_conn_open: %s", rcp_strerror(rv));
         return rv;
@@ -314,6 +317,7 @@ static int open_checked(const rcp_conn_options *o, rcp_conn **out, char *errbuf,
     }
     c->owned_loops = loops;
     c->nowned = n;
+    c->spare_ok = o->spare_conns > 0;
     c->loop = loops[0];
     if (rcp__loop_attach(c->loop, &c->src) < 0) {
         conn_free(c);
@@ -390,6 +394,7 @@ void rcp_conn_close(rcp_conn *c)
         rcp__mutex_unlock(&c->mu);
         usleep(1000);
     }
+    rcp__conn_spares_close(c); /* on c's loops: before they go */
     if (c->loop) {
         rcp__loop_detach(c->loop, &c->src);
         /* It may still sit on the loop's ready stack: let the loop drain
@@ -653,6 +658,7 @@ static int precheck(rcp_conn *c, int argc, const char **argv, const size_t *argv
     i = rcp__command_check(argc, argv, argvlen, why);
     if (i != RCP_OK)
         return i;
+    conn_spare_note(c, argc, argv, argvlen);
     if (src) {
         /* The head only goes to the pending buffer; the whole command
          * (value and CRLF included) is what max_request_bytes bounds. */
@@ -692,6 +698,7 @@ static int format_fmt(rcp_conn *c, const char *fmt, va_list ap, char **buf, size
         rcp__free(cmd.buf);
         return rv;
     }
+    conn_spare_note(c, cmd.argc, cmd.argv, cmd.argvlen);
     *buf = cmd.buf;
     *len = cmd.len;
     return RCP_OK;

@@ -520,19 +520,39 @@ static rcp_reply *fast_io(struct rcp_conn *c, sync_future *s, uint64_t idx, cons
     return lead_io(c, s, idx, deadline);
 }
 
+/* Mutex held, the connection busy. Whether a sync caller had better go
+ * to another idle connection to the same server than queue here: one
+ * request at most outstanding, another sync caller's (an async request
+ * may be the caller's own, which its next request must not overtake),
+ * and nothing to thin: the recent writes under 1.25 commands on average
+ * (flush_avg is in 16ths). On a public handle with spares, exactly one
+ * outstanding instead: a sync caller behind one other pays a futex wait
+ * and a wake where a connection of its own costs nothing more than the
+ * write and read it makes anyway; many callers keep more than one
+ * outstanding, and batch here; with none outstanding the connection is
+ * only busy for a moment (the loop on it, stray bytes to judge) and the
+ * caller waits for it rather than open a spare for a lone thread. */
+static int spill_rule(struct rcp_conn *c)
+{
+    rcp_future *f;
+    uint64_t n = c->tail - c->head;
+    if (c->state != RCP__ST_READY || n > 1 || (c->spare_ok ? n != 1 : c->flush_avg >= 20))
+        return 0;
+    f = n ? c->ring[c->head & c->mask].f : NULL;
+    return !f || f->resolve == sync_resolve;
+}
+
 /* Take the mutex and see whether a calling thread may have the socket:
  * the connection is ready, idle, and nobody is on it. Returns 1 with the
- * mutex held, or 0 with it released. On 0, *spill (if not NULL) says
- * whether the caller had better go to another idle connection to the
- * same server than queue here: one request at most outstanding, and the
- * recent writes under 1.25 commands on average (no batching to thin). */
+ * mutex held, or 0 with it released. On 0, *spill (if not NULL) is the
+ * spill rule's answer. */
 static int fast_claim(struct rcp_conn *c, int *spill)
 {
     rcp__mutex_lock(&c->mu);
     if (c->state != RCP__ST_READY || c->closing || c->fast_active || c->loop_io ||
         c->caller_writing || c->need_close || c->need_read || c->head != c->tail || c->fd < 0) {
-        if (spill) /* flush_avg is in 16ths: under 1.25 commands per write */
-            *spill = c->state == RCP__ST_READY && c->tail - c->head <= 1 && c->flush_avg < 20;
+        if (spill)
+            *spill = spill_rule(c);
         rcp__mutex_unlock(&c->mu);
         return 0;
     }
@@ -691,12 +711,18 @@ rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
 {
     sync_future s;
     rcp_reply *r;
-    int rv, handed = 0;
+    int rv, handed = 0, spill = 0;
+    int spares =
+        c->spare_ok && !sink && !src && !atomic_load_explicit(&c->stateful, memory_order_relaxed);
 
     sync_init(&s, c, timeout_ms);
     if (!asking) { /* an ASKING first: the loop glues the two (conn_io.c) */
-        r = try_fast(c, &s, argc, argv, argvlen, raw, len, sink, src, &handed, NULL);
+        r = try_fast(c, &s, argc, argv, argvlen, raw, len, sink, src, &handed,
+                     spares ? &spill : NULL);
         if (r)
+            return r;
+        if (spill && !handed &&
+            (r = rcp__conn_spare_command(c, argc, argv, argvlen, raw, len, timeout_ms)))
             return r;
     }
     if (!handed) {

@@ -144,6 +144,7 @@ struct rcp_conn {
                            * handshake goes here; NULL: replies match the ring */
     void *push_data;
     unsigned nowned;
+    int spare_ok;         /* a public handle with spare_conns > 0 (conn_spare.c) */
     uint64_t cap;         /* ring size, a power of two >= max_inflight */
     uint64_t mask;
 
@@ -199,6 +200,10 @@ struct rcp_conn {
     uint64_t flush_opened_ns; /* first request of the pending flush (pause only) */
     uint64_t min_deadline;
     atomic_uint active_calls; /* calls in progress: rcp__conn_hold, close waits */
+    /* Spare connections (conn_spare.c): opened once, closed with the handle. */
+    _Atomic(struct rcp_conn *) spare[RCP__SPARE_MAX];
+    int spare_opening;   /* (mutex) a caller is opening one */
+    atomic_int stateful; /* a CLIENT command went out (connection state): no spares */
 
     /* Loop-owned (or fast-path-owned while fast_active). */
     rcp__loop_src src;    /* this connection as a source of its loop */
@@ -228,10 +233,10 @@ struct rcp_conn {
     _Atomic uint64_t timer_at;
 
     struct {
-        _Atomic uint64_t requests, replies, batches, commands_written, write_calls,
-            read_calls, bytes_out, bytes_in, timeouts, late_replies, reconnects,
-            disconnects, fast_path, futex_wakes, loop_wakes, caller_writes, leads,
-            caller_replies, loop_leads, corked, sendfile_bytes, caller_uploads;
+        _Atomic uint64_t requests, replies, batches, commands_written, write_calls, read_calls,
+            bytes_out, bytes_in, timeouts, late_replies, reconnects, disconnects, fast_path,
+            futex_wakes, loop_wakes, caller_writes, leads, caller_replies, loop_leads, corked,
+            sendfile_bytes, caller_uploads, spare_requests;
     } st;
 };
 
@@ -594,6 +599,31 @@ rcp_reply *rcp__conn_sync_command(struct rcp_conn *c, int argc, const char **arg
  * is queued here and its reply returned. */
 rcp_reply *rcp__conn_sync_lone(struct rcp_conn *c, const char *raw, size_t len, int timeout_ms,
                                int queue);
+
+/* conn_spare.c */
+void rcp__conn_spare_note_slow(struct rcp_conn *c, int argc, const char **argv,
+                               const size_t *argvlen);
+/* A public call's command, screened: a CLIENT command (SETNAME,
+ * TRACKING ...: per-connection state; SELECT, MULTI and the like are
+ * refused on a handle) turns the spares off for good, since they would
+ * not share that state. One load once it has. */
+static inline void conn_spare_note(struct rcp_conn *c, int argc, const char **argv,
+                                   const size_t *argvlen)
+{
+    if (c->spare_ok && !atomic_load_explicit(&c->stateful, memory_order_relaxed))
+        rcp__conn_spare_note_slow(c, argc, argv, argvlen);
+}
+/* A sync call on c (a public handle, its command raw or argv, len bytes
+ * formatted) that found c busy with one other sync caller's request: its
+ * reply from an idle spare connection, or NULL (nothing sent: the caller
+ * queues on c). May start opening one more spare for the next time. */
+rcp_reply *rcp__conn_spare_command(struct rcp_conn *c, int argc, const char **argv,
+                                   const size_t *argvlen, const char *raw, size_t len,
+                                   int timeout_ms);
+/* rcp_conn_close, once no call is in progress: close the spares. */
+void rcp__conn_spares_close(struct rcp_conn *c);
+/* rcp_conn_get_stats: add the spares' counters. */
+void rcp__conn_spares_stats(struct rcp_conn *c, rcp_conn_stats *o);
 
 /* conn_cancel.c */
 /* Mutex held. Cut the pending requests [i, j) out: their bytes from the

@@ -34,7 +34,9 @@ int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *o)
     S(corked);
     S(sendfile_bytes);
     S(caller_uploads);
+    S(spare_requests);
 #undef S
+    rcp__conn_spares_stats(c, o);
     return RCP_OK;
 }
 
@@ -65,6 +67,7 @@ void rcp_conn_stats_add(rcp_conn_stats *sum, const rcp_conn_stats *add)
     A(corked);
     A(sendfile_bytes);
     A(caller_uploads);
+    A(spare_requests);
 #undef A
 }
 

@@ -209,14 +209,18 @@ rcp_reply *rcp__conn_command_raw_source(struct rcp_conn *c, const char *raw, siz
  * sync call: RCP__CONN_LONE sends only if the connection is free for the
  * caller's own write and read (the lone-caller path): the reply, or NULL
  * and nothing sent if someone is on it. RCP__CONN_SPILL does the same,
- * but returns NULL only if one request at most is outstanding and the
- * connection's recent writes carried under 1.25 commands on average (the
- * caller had better use another idle connection to the server than wait
- * here); otherwise it queues as usual, joining the batch. */
+ * but returns NULL only if one request at most is outstanding, a sync
+ * caller's (another thread's: an async request of the caller's own must
+ * not be overtaken), and the connection's recent writes carried under
+ * 1.25 commands on average (the caller had better use another idle
+ * connection to the server than wait here); otherwise it queues as usual,
+ * joining the batch. */
 rcp_reply *rcp__conn_command_raw_sink(struct rcp_conn *c, const char *raw, size_t len, int asking,
                                       int timeout_ms, const rcp_sink *sink);
 #define RCP__CONN_LONE (-1)
 #define RCP__CONN_SPILL (-2)
+/* rcp_conn_options.spare_conns, at most (conn_spare.c). */
+#define RCP__SPARE_MAX 8
 
 /* ---- state (any thread; a snapshot, stale as soon as it returns) ------- */
 

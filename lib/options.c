@@ -121,6 +121,8 @@ int rcp__conn_options_check(const rcp_conn_options *o, int with_address, char *w
             o->reconnect_min_ms);
     if (o->cork != 0 && o->cork != 1)
         BAD("cork %d is out of range (0 or 1)", o->cork);
+    if (o->spare_conns < 0 || o->spare_conns > RCP__SPARE_MAX)
+        BAD("spare_conns %d is out of range (0..%d)", o->spare_conns, RCP__SPARE_MAX);
     if (o->io_threads > 64)
         BAD("io_threads %u is out of range (0 or 1..64)", o->io_threads);
     return tls_check(o, why, len);

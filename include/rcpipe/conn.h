@@ -112,6 +112,16 @@ typedef struct rcp_conn_options {
                                    * next write (sent when the first reply byte comes, or
                                    * at max_batch_commands queued) instead of waking the
                                    * loop; fatter writes, fewer wakes. 0: off. Default 0 */
+    int spare_conns;              /* sync callers (docs/api.md, "Spare connections"): up to
+                                   * this many more connections to the same server, opened
+                                   * when first needed. A sync call that finds the connection
+                                   * busy with one other sync caller's request takes an idle
+                                   * one for its own write and read instead of queueing and
+                                   * sleeping until it is woken. Never used once the handle
+                                   * has carried a CLIENT command (SETNAME, TRACKING ...:
+                                   * state the spares would not share). 0..8; default 3;
+                                   * 0: off. Not used by a cluster handle's connections
+                                   * (its bulk_pool plays this part) */
 } rcp_conn_options;
 
 RCP_API void rcp_conn_options_init(rcp_conn_options *o);
@@ -371,6 +381,9 @@ typedef struct rcp_conn_stats {
                               * sendfile(), not copied through the library (plain text) */
     uint64_t caller_uploads; /* sync requests with a source whose value the caller's own
                               * thread wrote, on an idle connection, instead of the loop */
+    uint64_t spare_requests; /* of `requests`, sync requests sent on a spare connection
+                              * (option spare_conns); the counters above include the
+                              * spares' */
 } rcp_conn_stats;
 
 RCP_API int rcp_conn_get_stats(rcp_conn *c, rcp_conn_stats *out);

@@ -277,6 +277,8 @@ START_TEST(test_defaults)
     ck_assert_int_eq(o.reconnect_max_ms, 2000);
     ck_assert_int_eq(o.keepalive_s, 60);
     ck_assert_int_eq(o.fast_path, 1);
+    ck_assert_int_eq(o.cork, 0);
+    ck_assert_int_eq(o.spare_conns, 3);
     ck_assert(o.event_cb == NULL);
     ck_assert_ptr_null(o.event_data);
 }

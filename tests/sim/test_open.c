@@ -43,6 +43,8 @@ START_TEST(out_of_range_options_refused)
     CASE(o.max_redirects, -1, "max_redirects");
     CASE(o.blocking_pool, 0, "blocking_pool");
     CASE(o.blocking_pool, 65, "blocking_pool");
+    CASE(no.spare_conns, -1, "spare_conns");
+    CASE(no.spare_conns, 9, "spare_conns");
 #undef CASE
     sim_cluster_options(&o, &no, "127.0.0.1:1");
     no.queue_policy = 7;
@@ -74,6 +76,10 @@ START_TEST(out_of_range_options_refused)
         co.host = "";
         ck_assert_int_eq(rcp_conn_open(&co, &c, err, sizeof err), RCP_ERR_INVALID);
         ck_assert_msg(strstr(err, "host"), "%s", err);
+        rcp_conn_options_init(&co);
+        co.spare_conns = 9;
+        ck_assert_int_eq(rcp_conn_open(&co, &c, err, sizeof err), RCP_ERR_INVALID);
+        ck_assert_msg(strstr(err, "spare_conns 9") && strstr(err, "0..8"), "%s", err);
     }
 }
 END_TEST

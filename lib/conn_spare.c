@@ -1,0 +1,127 @@
+/* lib/conn_spare.c: spare connections of a public handle (option
+ * spare_conns), for sync callers.
+ *
+ * A sync caller that finds the connection idle writes and reads itself
+ * (conn_fast.c). One that finds another sync caller on it queues behind
+ * and sleeps until that one has read its reply and woken it: a futex wait
+ * and a wake, two system calls and a thread switch more than a plain
+ * client with a connection per thread pays. With a few sync threads that
+ * is most requests, and batching wins nothing back (one request behind
+ * another). So such a caller takes an idle spare connection to the same
+ * server instead and is a lone caller there. With many threads more than
+ * one request is outstanding and callers batch on the handle's own
+ * connection (the spill rule, conn_fast.c).
+ *
+ * Spares are opened when first needed (the caller that finds none idle
+ * starts one and queues meanwhile), on the handle's loops, with its
+ * options; they reconnect by themselves and are closed with the handle.
+ * They report no events: the handle's own connection speaks for the
+ * server. Commands that change a connection's state (SELECT, MULTI ...)
+ * are refused on a handle anyway; one that has carried a CLIENT command
+ * (SETNAME, TRACKING ...) uses the spares no more: they would not share
+ * that state. */
+#include <string.h>
+#include <strings.h>
+
+#include "alloc.h"
+#include "conn_int.h"
+#include "format.h"
+
+#define SPARE_STACK_BUF 4096
+
+void rcp__conn_spare_note_slow(struct rcp_conn *c, int argc, const char **argv,
+                               const size_t *argvlen)
+{
+    (void)argc;
+    /* The commands of the table's connection-state class (SELECT, MULTI,
+     * HELLO ...) are refused on a handle (rcp__command_check); CLIENT's
+     * subcommands are not, and some set per-connection state the spares
+     * would not have (SETNAME, TRACKING, NO-EVICT ...). */
+    if ((argvlen ? argvlen[0] : strlen(argv[0])) == 6 && strncasecmp(argv[0], "client", 6) == 0)
+        atomic_store(&c->stateful, 1);
+}
+
+/* One more spare in the first free place, unless one is being opened or
+ * the handle closes. It connects on its loop's next pass: this caller
+ * does not wait for it. */
+static void spare_open(struct rcp_conn *c)
+{
+    rcp_conn_options o;
+    struct rcp_conn *sp;
+    int i;
+
+    rcp__mutex_lock(&c->mu);
+    for (i = 0; i < c->opt.spare_conns; i++)
+        if (!atomic_load(&c->spare[i]))
+            break;
+    if (c->closing || c->spare_opening || i == c->opt.spare_conns) {
+        rcp__mutex_unlock(&c->mu);
+        return;
+    }
+    c->spare_opening = 1;
+    rcp__mutex_unlock(&c->mu);
+
+    o = c->opt;
+    o.event_cb = NULL;
+    o.event_data = NULL;
+    if (rcp__conn_create(c->nowned ? c->owned_loops[(i + 1) % c->nowned] : c->loop, &o, 0, &sp) !=
+        RCP_OK)
+        sp = NULL; /* out of memory: the callers queue, as without spares */
+
+    rcp__mutex_lock(&c->mu);
+    if (sp)
+        atomic_store(&c->spare[i], sp);
+    c->spare_opening = 0;
+    rcp__mutex_unlock(&c->mu);
+}
+
+rcp_reply *rcp__conn_spare_command(struct rcp_conn *c, int argc, const char **argv,
+                                   const size_t *argvlen, const char *raw, size_t len,
+                                   int timeout_ms)
+{
+    char stackbuf[SPARE_STACK_BUF];
+    char *buf = NULL;
+    rcp_reply *r = NULL;
+    int i;
+
+    for (i = 0; i < c->opt.spare_conns && !r; i++) {
+        struct rcp_conn *sp = atomic_load(&c->spare[i]);
+        if (!sp) {
+            spare_open(c);
+            break;
+        }
+        if (!raw) {
+            buf = len <= sizeof stackbuf ? stackbuf : rcp__malloc(len);
+            if (!buf)
+                break;
+            rcp__format_write(buf, argc, argv, argvlen);
+            raw = buf;
+        }
+        /* c's call holds the spares open: close takes them after it. */
+        r = rcp__conn_sync_lone(sp, raw, len, timeout_ms, 0);
+    }
+    if (buf && buf != stackbuf)
+        rcp__free(buf);
+    if (r)
+        conn_stat_add(&c->st.spare_requests, 1);
+    return r;
+}
+
+void rcp__conn_spares_close(struct rcp_conn *c)
+{
+    for (int i = 0; i < RCP__SPARE_MAX; i++) {
+        struct rcp_conn *sp = atomic_exchange(&c->spare[i], NULL);
+        if (sp)
+            rcp_conn_close(sp);
+    }
+}
+
+void rcp__conn_spares_stats(struct rcp_conn *c, rcp_conn_stats *o)
+{
+    for (int i = 0; i < RCP__SPARE_MAX; i++) {
+        struct rcp_conn *sp = atomic_load(&c->spare[i]);
+        rcp_conn_stats st;
+        if (sp && rcp_conn_get_stats(sp, &st) == RCP_OK)
+            rcp_conn_stats_add(o, &st);
+    }
+}
