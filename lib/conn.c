@@ -350,18 +350,26 @@ static int open_checked(const rcp_conn_options *o, rcp_conn **out, char *errbuf,
     return RCP_OK;
 }
 
-void rcp_conn_close(rcp_conn *c)
+void rcp__conn_close_begin(struct rcp_conn *c)
 {
-    if (!c)
-        return;
     rcp__mutex_lock(&c->mu);
     c->closing = 1;
     if (c->fast_active && c->fd >= 0)
         shutdown(c->fd, SHUT_RDWR); /* the lone caller's poll returns */
     rcp__cond_broadcast(&c->space_cv);
     rcp__mutex_unlock(&c->mu);
-    if (c->loop) {
+    if (c->loop)
         rcp__loop_notify(c->loop, &c->src);
+}
+
+void rcp_conn_close(rcp_conn *c)
+{
+    if (!c)
+        return;
+    rcp__conn_close_begin(c);
+    /* A caller on a spare returns now too, not at its deadline. */
+    rcp__conn_spares_interrupt(c);
+    if (c->loop) {
         /* An application loop run by this thread (adapter.h) is not
          * running while we wait: do its passes here. */
         for (;;) {

@@ -491,6 +491,10 @@ static inline void conn_push_retire(struct rcp_conn *c)
 int rcp__conn_pend_grow(struct rcp_conn *c, size_t len);
 
 /* conn.c */
+/* The first step of rcp_conn_close: closing set, a lone caller's socket
+ * shut (its read returns), senders blocked for room woken, the loop told.
+ * Repeating it does nothing more. */
+void rcp__conn_close_begin(struct rcp_conn *c);
 /* Mutex held. Room for `len` more pending bytes (pend_off compacted);
  * -1 when out of memory. Inline: a request usually finds room and
  * nothing to compact (rcp__conn_pend_grow's no-op case). */
@@ -620,6 +624,10 @@ static inline void conn_spare_note(struct rcp_conn *c, int argc, const char **ar
 rcp_reply *rcp__conn_spare_command(struct rcp_conn *c, int argc, const char **argv,
                                    const size_t *argvlen, const char *raw, size_t len,
                                    int timeout_ms);
+/* rcp_conn_close, first: every spare marked closing, its lone caller's
+ * socket shut, so a call hung on a spare ends now (RCP_ERR_CLOSED), not
+ * at its deadline; the spares stay allocated for calls still inside. */
+void rcp__conn_spares_interrupt(struct rcp_conn *c);
 /* rcp_conn_close, once no call is in progress: close the spares. */
 void rcp__conn_spares_close(struct rcp_conn *c);
 /* rcp_conn_get_stats: add the spares' counters. */

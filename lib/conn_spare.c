@@ -48,7 +48,7 @@ static void spare_open(struct rcp_conn *c)
 {
     rcp_conn_options o;
     struct rcp_conn *sp;
-    int i;
+    int i, closing;
 
     rcp__mutex_lock(&c->mu);
     for (i = 0; i < c->opt.spare_conns; i++)
@@ -72,7 +72,10 @@ static void spare_open(struct rcp_conn *c)
     if (sp)
         atomic_store(&c->spare[i], sp);
     c->spare_opening = 0;
+    closing = c->closing;
     rcp__mutex_unlock(&c->mu);
+    if (sp && closing)
+        rcp__conn_close_begin(sp); /* too late for rcp__conn_spares_interrupt */
 }
 
 rcp_reply *rcp__conn_spare_command(struct rcp_conn *c, int argc, const char **argv,
@@ -105,6 +108,15 @@ rcp_reply *rcp__conn_spare_command(struct rcp_conn *c, int argc, const char **ar
     if (r)
         conn_stat_add(&c->st.spare_requests, 1);
     return r;
+}
+
+void rcp__conn_spares_interrupt(struct rcp_conn *c)
+{
+    for (int i = 0; i < RCP__SPARE_MAX; i++) {
+        struct rcp_conn *sp = atomic_load(&c->spare[i]);
+        if (sp)
+            rcp__conn_close_begin(sp);
+    }
 }
 
 void rcp__conn_spares_close(struct rcp_conn *c)
