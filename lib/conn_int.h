@@ -610,11 +610,13 @@ void rcp__conn_spare_note_slow(struct rcp_conn *c, int argc, const char **argv,
 /* A public call's command, screened: a CLIENT command (SETNAME,
  * TRACKING ...: per-connection state; SELECT, MULTI and the like are
  * refused on a handle) turns the spares off for good, since they would
- * not share that state. One load once it has. */
+ * not share that state. One load once it has; before, a look at the
+ * first letter keeps the call for commands not starting with C. */
 static inline void conn_spare_note(struct rcp_conn *c, int argc, const char **argv,
                                    const size_t *argvlen)
 {
-    if (c->spare_ok && !atomic_load_explicit(&c->stateful, memory_order_relaxed))
+    if (c->spare_ok && (!argvlen || argvlen[0] > 0) && (argv[0][0] | 0x20) == 'c' &&
+        !atomic_load_explicit(&c->stateful, memory_order_relaxed))
         rcp__conn_spare_note_slow(c, argc, argv, argvlen);
 }
 /* A sync call on c (a public handle, its command raw or argv, len bytes
