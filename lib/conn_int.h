@@ -610,8 +610,9 @@ void rcp__conn_spare_note_slow(struct rcp_conn *c, int argc, const char **argv,
 /* A public call's command, screened: a CLIENT command (SETNAME,
  * TRACKING ...: per-connection state; SELECT, MULTI and the like are
  * refused on a handle) turns the spares off for good, since they would
- * not share that state. One load once it has; before, a look at the
- * first letter keeps the call for commands not starting with C. */
+ * not share that state. One load once it has; until then a look at
+ * the first letter spares the call for every command not starting
+ * with C. */
 static inline void conn_spare_note(struct rcp_conn *c, int argc, const char **argv,
                                    const size_t *argvlen)
 {
