@@ -726,6 +726,8 @@ public_send(rcp_conn *c, rcp_future *f, int argc, const char **argv, const size_
     if (!c || !f || !f->resolve)
         return RCP_ERR_INVALID;
     f->rcp__reserved[1] = c; /* whose it is, for rcp_conn_cancel */
+    if (c->spare_ok && !atomic_load_explicit(&c->async_seen, memory_order_relaxed))
+        atomic_store_explicit(&c->async_seen, 1, memory_order_relaxed); /* no lanes */
     call_enter(c);
     if (ap)
         rv = format_fmt(c, fmt, *ap, &buf, &len, &why);

@@ -545,14 +545,14 @@ static int spill_rule(struct rcp_conn *c)
 /* Take the mutex and see whether a calling thread may have the socket:
  * the connection is ready, idle, and nobody is on it. Returns 1 with the
  * mutex held, or 0 with it released. On 0, *spill (if not NULL) is the
- * spill rule's answer. */
+ * spill rule's answer, or -1 if the connection is not ready. */
 static int fast_claim(struct rcp_conn *c, int *spill)
 {
     rcp__mutex_lock(&c->mu);
     if (c->state != RCP__ST_READY || c->closing || c->fast_active || c->loop_io ||
         c->caller_writing || c->need_close || c->need_read || c->head != c->tail || c->fd < 0) {
-        if (spill)
-            *spill = spill_rule(c);
+        if (spill) /* -1: not ready (connecting, down, closing) */
+            *spill = c->state != RCP__ST_READY || c->closing ? -1 : spill_rule(c);
         rcp__mutex_unlock(&c->mu);
         return 0;
     }
@@ -716,12 +716,15 @@ rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
         c->spare_ok && !sink && !src && !atomic_load_explicit(&c->stateful, memory_order_relaxed);
 
     sync_init(&s, c, timeout_ms);
+    if (spares && !asking && conn_lanes_maybe(c) &&
+        (r = rcp__conn_spare_lane(c, argc, argv, argvlen, raw, len, timeout_ms)))
+        return r;
     if (!asking) { /* an ASKING first: the loop glues the two (conn_io.c) */
         r = try_fast(c, &s, argc, argv, argvlen, raw, len, sink, src, &handed,
                      spares ? &spill : NULL);
         if (r)
             return r;
-        if (spill && !handed &&
+        if (spill > 0 && !handed &&
             (r = rcp__conn_spare_command(c, argc, argv, argvlen, raw, len, timeout_ms)))
             return r;
     }
@@ -744,7 +747,9 @@ rcp_reply *rcp__conn_sync_lone(rcp_conn *c, const char *raw, size_t len, int tim
     if (r)
         return r;
     if (!handed) {
-        if (!queue || spill)
+        /* A lane (queue 2) queues whatever the spill rule says, unless
+         * c is not ready: then the caller's own handle serves it. */
+        if (!queue || (queue == 2 ? spill < 0 : spill > 0))
             return NULL;
         rv = rcp__conn_enqueue(c, &s.f, 0, NULL, NULL, raw, len, 0, NULL, NULL);
         if (rv != RCP_OK)

@@ -204,6 +204,8 @@ struct rcp_conn {
     _Atomic(struct rcp_conn *) spare[RCP__SPARE_MAX];
     int spare_opening;   /* (mutex) a caller is opening one */
     atomic_int stateful; /* a CLIENT command went out (connection state): no spares */
+    atomic_int async_seen; /* an async request was sent on the handle: no lanes */
+    atomic_uint lanes;     /* sync callers are dealt over this many connections */
 
     /* Loop-owned (or fast-path-owned while fast_active). */
     rcp__loop_src src;    /* this connection as a source of its loop */
@@ -600,7 +602,8 @@ rcp_reply *rcp__conn_sync_command(struct rcp_conn *c, int argc, const char **arg
  * socket was free. If it was not: with queue 0, NULL (nothing queued);
  * with queue 1, NULL only if the caller had better use another idle
  * connection to the server (fast_claim's spill rule), else the request
- * is queued here and its reply returned. */
+ * is queued here and its reply returned; with queue 2 (a lane, conn_spare.c)
+ * queued whatever the spill rule says, NULL only if c is not ready. */
 rcp_reply *rcp__conn_sync_lone(struct rcp_conn *c, const char *raw, size_t len, int timeout_ms,
                                int queue);
 
@@ -627,6 +630,21 @@ static inline void conn_spare_note(struct rcp_conn *c, int argc, const char **ar
 rcp_reply *rcp__conn_spare_command(struct rcp_conn *c, int argc, const char **argv,
                                    const size_t *argvlen, const char *raw, size_t len,
                                    int timeout_ms);
+/* A sync call on c (as rcp__conn_spare_command's) when enough calls are
+ * inside c to deal callers over the connection and its spares (lanes,
+ * conn_spare.c): its reply from the spare of this thread's lane, or NULL
+ * to go on on c (its lane is c's own, the spare is not open yet, or no
+ * lanes now). */
+rcp_reply *rcp__conn_spare_lane(struct rcp_conn *c, int argc, const char **argv,
+                                const size_t *argvlen, const char *raw, size_t len, int timeout_ms);
+/* Calls inside a handle per lane; below two lanes' worth, and with no
+ * lanes dealt, a sync call does not look further (two loads). */
+#define RCP__LANE_CALLERS 16
+static inline int conn_lanes_maybe(struct rcp_conn *c)
+{
+    return atomic_load_explicit(&c->active_calls, memory_order_relaxed) >= 2 * RCP__LANE_CALLERS ||
+           atomic_load_explicit(&c->lanes, memory_order_relaxed) >= 2;
+}
 /* rcp_conn_close, first: every spare marked closing, its lone caller's
  * socket shut, so a call hung on a spare ends now (RCP_ERR_CLOSED), not
  * at its deadline; the spares stay allocated for calls still inside. */

@@ -26,6 +26,7 @@
 #include "alloc.h"
 #include "conn_int.h"
 #include "format.h"
+#include "thread_local.h"
 
 #define SPARE_STACK_BUF 4096
 
@@ -78,12 +79,35 @@ static void spare_open(struct rcp_conn *c)
         rcp__conn_close_begin(sp); /* too late for rcp__conn_spares_interrupt */
 }
 
+/* One call on spare sp for c's caller: format the command if it came as
+ * argv, then a lone caller there (queue as rcp__conn_sync_lone's). c's
+ * call holds the spares open: close takes them after it. */
+static rcp_reply *spare_call(struct rcp_conn *c, struct rcp_conn *sp, int argc, const char **argv,
+                             const size_t *argvlen, const char *raw, size_t len, int timeout_ms,
+                             int queue)
+{
+    char stackbuf[SPARE_STACK_BUF];
+    char *buf = NULL;
+    rcp_reply *r;
+    if (!raw) {
+        buf = len <= sizeof stackbuf ? stackbuf : rcp__malloc(len);
+        if (!buf)
+            return NULL;
+        rcp__format_write(buf, argc, argv, argvlen);
+        raw = buf;
+    }
+    r = rcp__conn_sync_lone(sp, raw, len, timeout_ms, queue);
+    if (buf && buf != stackbuf)
+        rcp__free(buf);
+    if (r)
+        conn_stat_add(&c->st.spare_requests, 1);
+    return r;
+}
+
 rcp_reply *rcp__conn_spare_command(struct rcp_conn *c, int argc, const char **argv,
                                    const size_t *argvlen, const char *raw, size_t len,
                                    int timeout_ms)
 {
-    char stackbuf[SPARE_STACK_BUF];
-    char *buf = NULL;
     rcp_reply *r = NULL;
     int i;
 
@@ -93,21 +117,54 @@ rcp_reply *rcp__conn_spare_command(struct rcp_conn *c, int argc, const char **ar
             spare_open(c);
             break;
         }
-        if (!raw) {
-            buf = len <= sizeof stackbuf ? stackbuf : rcp__malloc(len);
-            if (!buf)
-                break;
-            rcp__format_write(buf, argc, argv, argvlen);
-            raw = buf;
-        }
-        /* c's call holds the spares open: close takes them after it. */
-        r = rcp__conn_sync_lone(sp, raw, len, timeout_ms, 0);
+        r = spare_call(c, sp, argc, argv, argvlen, raw, len, timeout_ms, 0);
     }
-    if (buf && buf != stackbuf)
-        rcp__free(buf);
-    if (r)
-        conn_stat_add(&c->st.spare_requests, 1);
     return r;
+}
+
+/* Lanes. One connection's leader/follower chain keeps one batch at the
+ * server and one forming: with many sync callers the two vCPUs then sat
+ * a quarter idle while everyone waited on the round trip (docs/perf.md,
+ * "The sync targets on a second machine"). So with RCP__LANE_CALLERS
+ * (conn_int.h) or more calls inside the handle per lane, the callers are
+ * dealt over the handle's connection and its spares, each a chain of its
+ * own; a thread keeps its place in the deal (its ordinal), so each chain
+ * keeps a steady set of callers and batches. Not once the handle has
+ * carried an async request: a thread's sync call on a spare could pass
+ * its own async request on the handle's connection. */
+static atomic_uint lane_next;
+static RCP__THREAD_LOCAL unsigned lane_ord; /* this thread's ordinal + 1; 0: none yet */
+
+rcp_reply *rcp__conn_spare_lane(struct rcp_conn *c, int argc, const char **argv,
+                                const size_t *argvlen, const char *raw, size_t len, int timeout_ms)
+{
+    unsigned want =
+        atomic_load_explicit(&c->active_calls, memory_order_relaxed) / RCP__LANE_CALLERS;
+    unsigned lanes = atomic_load_explicit(&c->lanes, memory_order_relaxed), lane;
+    struct rcp_conn *sp;
+
+    if (want > 1 + (unsigned)c->opt.spare_conns)
+        want = 1 + (unsigned)c->opt.spare_conns;
+    /* Up at once, down only two lanes' worth of callers later: the count
+     * of calls inside moves with every call, and a thread dealt to
+     * another lane at each move would keep no chain steady. */
+    if (want > lanes || want + 1 < lanes) {
+        lanes = want;
+        atomic_store_explicit(&c->lanes, lanes, memory_order_relaxed);
+    }
+    if (lanes < 2 || atomic_load_explicit(&c->async_seen, memory_order_relaxed))
+        return NULL;
+    if (!lane_ord)
+        lane_ord = atomic_fetch_add_explicit(&lane_next, 1, memory_order_relaxed) % 0x10000 + 1;
+    lane = (lane_ord - 1) % lanes;
+    if (!lane)
+        return NULL; /* the handle's own connection */
+    sp = atomic_load(&c->spare[lane - 1]);
+    if (!sp) {
+        spare_open(c);
+        return NULL;
+    }
+    return spare_call(c, sp, argc, argv, argvlen, raw, len, timeout_ms, 2);
 }
 
 void rcp__conn_spares_interrupt(struct rcp_conn *c)

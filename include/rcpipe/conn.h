@@ -117,7 +117,10 @@ typedef struct rcp_conn_options {
                                    * when first needed. A sync call that finds the connection
                                    * busy with one other sync caller's request takes an idle
                                    * one for its own write and read instead of queueing and
-                                   * sleeping until it is woken. Never used once the handle
+                                   * sleeping until it is woken; with 32 or more calls inside
+                                   * the handle, sync callers are dealt over it and the
+                                   * spares, 16 each (lanes; not once the handle has sent an
+                                   * async request). Never used once the handle
                                    * has carried a CLIENT command (SETNAME, TRACKING ...:
                                    * state the spares would not share). 0..8; default 3;
                                    * 0: off. Not used by a cluster handle's connections

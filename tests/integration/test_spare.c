@@ -3,8 +3,10 @@
  * one other takes an idle spare instead of sleeping in the queue; every
  * caller still gets its own reply, the spares stay within the option, a
  * handle that carried a CLIENT command (via the sync or the async API)
- * never uses them, and a thread's sync request never overtakes its own
- * async request. */
+ * never uses them, a thread's sync request never overtakes its own
+ * async request, and many sync threads are dealt over the connection
+ * and its spares (lanes) unless the handle has carried an async
+ * request. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,6 +18,7 @@
 #include "rcpipe.h"
 
 #define NTHREADS 4
+#define MANY_THREADS 64
 #define NCOUNTERS 3
 
 static rcpt_server srv;
@@ -79,25 +82,26 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* NTHREADS sync threads, iters rounds each of SET, GET (its own value)
+/* nthreads sync threads, iters rounds each of SET, GET (its own value)
  * and INCR; every reply checked, the counters and the key count after. */
-static rcp_conn_stats run(int iters, long long keys_before)
+static rcp_conn_stats run_threads(int nthreads, int iters, long long keys_before)
 {
-    struct worker w[NTHREADS];
+    struct worker w[MANY_THREADS];
     long long want[NCOUNTERS] = {0};
     rcp_conn_stats st;
     char d[256];
     rcp_reply *r;
 
     memset(w, 0, sizeof w);
-    for (int i = 0; i < NTHREADS; i++) {
+    ck_assert_int_le(nthreads, MANY_THREADS);
+    for (int i = 0; i < nthreads; i++) {
         w[i].id = i;
         w[i].iters = iters;
         ck_assert_int_eq(pthread_create(&w[i].th, NULL, worker_main, &w[i]), 0);
     }
-    for (int i = 0; i < NTHREADS; i++)
+    for (int i = 0; i < nthreads; i++)
         pthread_join(w[i].th, NULL);
-    for (int i = 0; i < NTHREADS; i++) {
+    for (int i = 0; i < nthreads; i++) {
         ck_assert_msg(w[i].bad == 0, "%d bad replies; first: %s", w[i].bad, w[i].first_bad);
         for (int c = 0; c < NCOUNTERS; c++)
             want[c] += w[i].incr[c];
@@ -111,14 +115,19 @@ static rcp_conn_stats run(int iters, long long keys_before)
         rcp_reply_free(r);
     }
     r = rcp_conn_command(conn, "DBSIZE");
-    ck_assert_msg(rcptest_is_int(r, keys_before + (long long)NTHREADS * iters + NCOUNTERS),
+    ck_assert_msg(rcptest_is_int(r, keys_before + (long long)nthreads * iters + NCOUNTERS),
                   "DBSIZE: %s", rcptest_describe(r, d, sizeof d));
     rcp_reply_free(r);
     ck_assert_int_eq(rcp_conn_get_stats(conn, &st), RCP_OK);
-    ck_assert_uint_ge(st.requests, (uint64_t)NTHREADS * iters * 3);
+    ck_assert_uint_ge(st.requests, (uint64_t)nthreads * iters * 3);
     ck_assert_uint_eq(st.timeouts, 0);
     ck_assert_uint_eq(st.disconnects, 0);
     return st;
+}
+
+static rcp_conn_stats run(int iters, long long keys_before)
+{
+    return run_threads(NTHREADS, iters, keys_before);
 }
 
 /* Clients the server has, seen from a connection of the test's own
@@ -238,6 +247,48 @@ START_TEST(test_async_client_turns_spares_off)
 }
 END_TEST
 
+/* Many sync threads: they are dealt over the handle's connection and its
+ * spares (lanes), each with a batching chain of its own, so most requests
+ * go on spares (without lanes about 2% do: a caller that finds exactly one
+ * request outstanding). Every reply is still its caller's, and the server
+ * sees at most the handle's connection and its spares. */
+START_TEST(test_many_threads_take_lanes)
+{
+    rcp_conn_stats st;
+    long long clients;
+    open_conn(3);
+    st = run_threads(MANY_THREADS, iterations(400), 0);
+    ck_assert_msg(st.spare_requests * 10 >= st.requests * 3,
+                  "%llu of %llu requests on spares: the lanes were not used",
+                  (unsigned long long)st.spare_requests, (unsigned long long)st.requests);
+    clients = server_clients();
+    ck_assert_msg(clients >= 2 && clients <= 5, "the server has %lld clients", clients);
+}
+END_TEST
+
+/* A handle that has carried an async request deals no lanes: a thread's
+ * sync call on a spare could pass its own async request on the handle's
+ * connection. Only the spill (exactly one request outstanding) remains. */
+START_TEST(test_async_handle_no_lanes)
+{
+    struct ok_fut one;
+    rcp_conn_stats st;
+    int64_t deadline;
+    open_conn(3);
+    memset(&one, 0, sizeof one);
+    one.f.resolve = ok_resolve;
+    ck_assert_int_eq(rcp_conn_send(conn, &one.f, "SET lanes_async x"), RCP_OK);
+    deadline = rcptest_now_ms() + 30000;
+    while (!atomic_load(&one.done) && rcptest_now_ms() < deadline)
+        rcptest_sleep_ms(1);
+    ck_assert(atomic_load(&one.done) && one.ok);
+    st = run_threads(MANY_THREADS, iterations(400), 1);
+    ck_assert_msg(st.spare_requests * 10 < st.requests * 3,
+                  "%llu of %llu requests on spares after an async request",
+                  (unsigned long long)st.spare_requests, (unsigned long long)st.requests);
+}
+END_TEST
+
 /* A thread's sync request must not overtake its own async request: with
  * that one outstanding the caller queues behind it, it does not spill.
  * Another thread's sync calls keep the connection busy meanwhile. */
@@ -296,7 +347,8 @@ static void add_tests(TCase *tc)
     rcpt_fixture(tc, &srv, &conn, NULL);
     RCPTEST_ADD(tc, test_few_threads_take_spares, test_spares_off, test_own_async_not_overtaken,
                 test_select_refused, test_client_turns_spares_off,
-                test_async_client_turns_spares_off);
+                test_async_client_turns_spares_off, test_many_threads_take_lanes,
+                test_async_handle_no_lanes);
 }
 
 int main(void)
