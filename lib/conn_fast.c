@@ -715,18 +715,19 @@ rcp_reply *rcp__conn_sync_command(rcp_conn *c, int argc, const char **argv,
     int spares =
         c->spare_ok && !sink && !src && !atomic_load_explicit(&c->stateful, memory_order_relaxed);
 
-    sync_init(&s, c, timeout_ms);
     if (spares && !asking && conn_lanes_maybe(c) &&
-        (r = rcp__conn_spare_lane(c, argc, argv, argvlen, raw, len, timeout_ms)))
+        (r = rcp__conn_spare_lane(c, argc, argv, argvlen, raw, len, &timeout_ms)))
         return r;
+    sync_init(&s, c, timeout_ms);
     if (!asking) { /* an ASKING first: the loop glues the two (conn_io.c) */
         r = try_fast(c, &s, argc, argv, argvlen, raw, len, sink, src, &handed,
                      spares ? &spill : NULL);
         if (r)
             return r;
         if (spill > 0 && !handed &&
-            (r = rcp__conn_spare_command(c, argc, argv, argvlen, raw, len, timeout_ms)))
+            (r = rcp__conn_spare_command(c, argc, argv, argvlen, raw, len, &timeout_ms)))
             return r;
+        s.f.timeout_ms = timeout_ms; /* less what a spare spent on it */
     }
     if (!handed) {
         rv = rcp__conn_enqueue(c, &s.f, argc, argv, argvlen, raw, len, asking, sink, src);

@@ -626,17 +626,21 @@ static inline void conn_spare_note(struct rcp_conn *c, int argc, const char **ar
 /* A sync call on c (a public handle, its command raw or argv, len bytes
  * formatted) that found c busy with one other sync caller's request: its
  * reply from an idle spare connection, or NULL (nothing sent: the caller
- * queues on c). May start opening one more spare for the next time. */
+ * queues on c, within *timeout_ms, which a spare that dropped the request
+ * unsent has shortened by the time spent there). May start opening one
+ * more spare for the next time. */
 rcp_reply *rcp__conn_spare_command(struct rcp_conn *c, int argc, const char **argv,
                                    const size_t *argvlen, const char *raw, size_t len,
-                                   int timeout_ms);
+                                   int *timeout_ms);
 /* A sync call on c (as rcp__conn_spare_command's) when enough calls are
  * inside c to deal callers over the connection and its spares (lanes,
  * conn_spare.c): its reply from the spare of this thread's lane, or NULL
- * to go on on c (its lane is c's own, the spare is not open yet, or no
- * lanes now). */
+ * to go on on c (its lane is c's own, the spare is not open or not ready,
+ * no lanes now, or the spare dropped the request unsent: *timeout_ms as
+ * rcp__conn_spare_command's). */
 rcp_reply *rcp__conn_spare_lane(struct rcp_conn *c, int argc, const char **argv,
-                                const size_t *argvlen, const char *raw, size_t len, int timeout_ms);
+                                const size_t *argvlen, const char *raw, size_t len,
+                                int *timeout_ms);
 /* Calls inside a handle per lane; below two lanes' worth, and with no
  * lanes dealt, a sync call does not look further (two loads). */
 #define RCP__LANE_CALLERS 16

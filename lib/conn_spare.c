@@ -81,14 +81,21 @@ static void spare_open(struct rcp_conn *c)
 
 /* One call on spare sp for c's caller: format the command if it came as
  * argv, then a lone caller there (queue as rcp__conn_sync_lone's). c's
- * call holds the spares open: close takes them after it. */
+ * call holds the spares open: close takes them after it.
+ *
+ * A spare that drops under its queue fails the requests it never wrote
+ * with RCP_ERR_NOT_SENT. The caller chose no spare and its handle may
+ * be fine, so such a request goes on to the handle's own connection:
+ * NULL, with *timeout_ms what is left of the caller's deadline (the
+ * reply as it is once nothing is left). */
 static rcp_reply *spare_call(struct rcp_conn *c, struct rcp_conn *sp, int argc, const char **argv,
-                             const size_t *argvlen, const char *raw, size_t len, int timeout_ms,
+                             const size_t *argvlen, const char *raw, size_t len, int *timeout_ms,
                              int queue)
 {
     char stackbuf[SPARE_STACK_BUF];
     char *buf = NULL;
     rcp_reply *r;
+    uint64_t t0 = rcp__now_ns();
     if (!raw) {
         buf = len <= sizeof stackbuf ? stackbuf : rcp__malloc(len);
         if (!buf)
@@ -96,9 +103,19 @@ static rcp_reply *spare_call(struct rcp_conn *c, struct rcp_conn *sp, int argc, 
         rcp__format_write(buf, argc, argv, argvlen);
         raw = buf;
     }
-    r = rcp__conn_sync_lone(sp, raw, len, timeout_ms, queue);
+    r = rcp__conn_sync_lone(sp, raw, len, *timeout_ms, queue);
     if (buf && buf != stackbuf)
         rcp__free(buf);
+    if (r && r->type == RCP_REPLY_ERROR && r->err == RCP_ERR_NOT_SENT) {
+        int ms = *timeout_ms ? *timeout_ms : c->opt.request_timeout_ms;
+        int64_t left = ms - (int64_t)((rcp__now_ns() - t0) / 1000000u);
+        if (ms <= 0 || left > 0) {
+            if (ms > 0)
+                *timeout_ms = (int)left;
+            rcp_reply_free(r);
+            return NULL;
+        }
+    }
     if (r)
         conn_stat_add(&c->st.spare_requests, 1);
     return r;
@@ -106,7 +123,7 @@ static rcp_reply *spare_call(struct rcp_conn *c, struct rcp_conn *sp, int argc, 
 
 rcp_reply *rcp__conn_spare_command(struct rcp_conn *c, int argc, const char **argv,
                                    const size_t *argvlen, const char *raw, size_t len,
-                                   int timeout_ms)
+                                   int *timeout_ms)
 {
     rcp_reply *r = NULL;
     int i;
@@ -136,7 +153,7 @@ static atomic_uint lane_next;
 static RCP__THREAD_LOCAL unsigned lane_ord; /* this thread's ordinal + 1; 0: none yet */
 
 rcp_reply *rcp__conn_spare_lane(struct rcp_conn *c, int argc, const char **argv,
-                                const size_t *argvlen, const char *raw, size_t len, int timeout_ms)
+                                const size_t *argvlen, const char *raw, size_t len, int *timeout_ms)
 {
     unsigned want =
         atomic_load_explicit(&c->active_calls, memory_order_relaxed) / RCP__LANE_CALLERS;

@@ -31,7 +31,7 @@
 #include "sim.h"
 
 enum { S_ACCEPT, S_EXPECT, S_SEND, S_SENDBYTES, S_STALL, S_CLOSE, S_EXPECT_CLOSE, S_RULE, S_TIMEOUT, S_USE };
-enum { A_SEND, A_HANG, A_CLOSE };
+enum { A_SEND, A_HANG, A_CLOSE, A_ECHO };
 enum { W_LIT = 0, W_ONE = 1, W_REST = 2 };
 
 typedef struct pat {
@@ -476,6 +476,8 @@ static int parse_line(sim_node *n, const char *raw, int lineno, step *s, char *e
             s->action = A_HANG;
         } else if (strcmp(t[arrow + 1].s, "close") == 0 && nt == arrow + 2) {
             s->action = A_CLOSE;
+        } else if (strcmp(t[arrow + 1].s, "echo") == 0 && nt == arrow + 2) {
+            s->action = A_ECHO;
         } else {
             goto bad;
         }
@@ -728,6 +730,17 @@ static void accept_all(sim_node *n)
     }
 }
 
+/* The `echo` action: the command's last argument as a bulk string. */
+static int echo(int fd, const logent *lg)
+{
+    char head[32];
+    size_t len = lg->lens[lg->argc - 1];
+    int hl = snprintf(head, sizeof head, "$%zu\r\n", len);
+    if (xsend(fd, head, (size_t)hl) < 0 || xsend(fd, lg->argv[lg->argc - 1], len) < 0)
+        return -1;
+    return xsend(fd, "\r\n", 2);
+}
+
 static const step *find_rule(sim_node *n, const logent *lg, rule **which)
 {
     for (size_t i = n->nrules; i-- > 0;) {
@@ -748,7 +761,8 @@ static void serve_rules(sim_node *n)
         sconn *c = &n->conns[id];
         while (c->fd >= 0 && c->qhead && !c->head_pending && n->hold != (int)id) {
             rule *r = NULL;
-            const step *s = find_rule(n, &n->log[c->qhead->logi], &r);
+            const logent *lg = &n->log[c->qhead->logi];
+            const step *s = find_rule(n, lg, &r);
             qcmd *q;
             if (!s) {
                 c->head_pending = 1;
@@ -762,6 +776,8 @@ static void serve_rules(sim_node *n)
             if (r->left > 0)
                 r->left--;
             if (s->action == A_SEND && xsend(c->fd, s->data, s->len) < 0)
+                conn_close(n, (int)id);
+            else if (s->action == A_ECHO && echo(c->fd, lg) < 0)
                 conn_close(n, (int)id);
             else if (s->action == A_CLOSE)
                 conn_close(n, (int)id);
@@ -901,6 +917,10 @@ static void run_script(sim_node *n)
             n->rules[n->nrules].step = n->idx;
             n->rules[n->nrules].left = s->times;
             n->nrules++;
+            /* Commands already waiting for the script get a look too:
+             * the rule answers them from now on. */
+            for (size_t i = 0; i < n->nconns; i++)
+                n->conns[i].head_pending = 0;
             done = 1;
             break;
         }

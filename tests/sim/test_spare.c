@@ -6,7 +6,9 @@
  * of its own (the request was written: never "not sent", never A's
  * reply), A's reply is untouched, the handle reports no disconnect (its
  * own connection is fine), the spare reconnects and carries requests
- * again, and close is prompt with a spare that hangs. */
+ * again, and close is prompt with a spare that hangs. Then lanes (64
+ * callers inside the handle): a lane's spare dropped under its queued
+ * callers, and a lane's spare stuck in its handshake. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,6 +20,7 @@
 struct call {
     pthread_t th;
     rcp_conn *c;
+    const char *cmd; /* GET or ECHO */
     char key[16];
     rcp_reply *r;
 };
@@ -25,16 +28,22 @@ struct call {
 static void *call_main(void *arg)
 {
     struct call *k = arg;
-    k->r = rcp_conn_command(k->c, "GET %s", k->key);
+    k->r = rcp_conn_command(k->c, "%s %s", k->cmd, k->key);
     return NULL;
+}
+
+static void call_start_cmd(struct call *k, rcp_conn *c, const char *cmd, const char *key)
+{
+    k->c = c;
+    k->r = NULL;
+    k->cmd = cmd;
+    snprintf(k->key, sizeof k->key, "%s", key);
+    ck_assert_int_eq(pthread_create(&k->th, NULL, call_main, k), 0);
 }
 
 static void call_start(struct call *k, rcp_conn *c, const char *key)
 {
-    k->c = c;
-    k->r = NULL;
-    snprintf(k->key, sizeof k->key, "%s", key);
-    ck_assert_int_eq(pthread_create(&k->th, NULL, call_main, k), 0);
+    call_start_cmd(k, c, "GET", key);
 }
 
 /* Joins the call; its reply must be the string want. */
@@ -44,7 +53,8 @@ static void call_expect_string(struct call *k, const char *want)
     pthread_join(k->th, NULL);
     ck_assert_ptr_nonnull(k->r);
     ck_assert_msg(k->r->type == RCP_REPLY_STRING && strcmp(k->r->str, want) == 0,
-                  "GET %s: want \"%s\", got %s", k->key, want, rcptest_describe(k->r, d, sizeof d));
+                  "%s %s: want \"%s\", got %s", k->cmd, k->key, want,
+                  rcptest_describe(k->r, d, sizeof d));
     rcp_reply_free(k->r);
 }
 
@@ -105,7 +115,8 @@ static void held_pair(sim_node *n, rcp_conn *c, struct call *a, struct call *b, 
     call_start(b, c, kb);
 }
 
-static rcp_conn *open_with_spare(sim_node **np, int request_timeout_ms, int io_timeout_ms)
+static rcp_conn *open_with_spare(sim_node **np, int request_timeout_ms, int io_timeout_ms,
+                                 const char *pre, const char *client_name)
 {
     sim_node *n = sim_new(NULL);
     rcp_conn_options o;
@@ -116,14 +127,17 @@ static rcp_conn *open_with_spare(sim_node **np, int request_timeout_ms, int io_t
     ck_assert_ptr_nonnull(n);
     *np = n;
     atomic_store(&disconnected, 0);
-    sim_loadf(n, "%s", sim_prelude);
+    sim_loadf(n, "%s%s", sim_prelude, pre ? pre : "");
     rcp_conn_options_init(&o);
     o.port = sim_port(n);
+    o.client_name = client_name;
     o.spare_conns = 1;
     o.request_timeout_ms = request_timeout_ms;
     o.io_timeout_ms = io_timeout_ms;
     o.reconnect_min_ms = 5;
     o.reconnect_max_ms = 20;
+    /* Past every request's deadline: a held handshake outlasts them. */
+    o.connect_timeout_ms = rcptest_scale(10000);
     o.event_cb = on_event;
     ck_assert_msg(rcp_conn_open(&o, &c, err, sizeof err) == RCP_OK, "%s", err);
 
@@ -168,7 +182,7 @@ static void spare_serves_again(sim_node *n, rcp_conn *c)
 static void spare_fails(const char *script, int code)
 {
     sim_node *n;
-    rcp_conn *c = open_with_spare(&n, rcptest_scale(3000), rcptest_scale(1000));
+    rcp_conn *c = open_with_spare(&n, rcptest_scale(3000), rcptest_scale(1000), NULL, NULL);
     struct call a, b;
     sim_loadf(n, "expect GET a1\nexpect GET b1\n%suse 0\nsend \"$2\\r\\nA1\\r\\n\"\n", script);
     held_pair(n, c, &a, &b, 1);
@@ -202,7 +216,7 @@ END_TEST
 START_TEST(spare_hung)
 {
     sim_node *n;
-    rcp_conn *c = open_with_spare(&n, rcptest_scale(500), rcptest_scale(1500));
+    rcp_conn *c = open_with_spare(&n, rcptest_scale(500), rcptest_scale(1500), NULL, NULL);
     struct call a, b;
     sim_loadf(n, "expect GET a1\nexpect GET b1\nuse 0\nsend \"$2\\r\\nA1\\r\\n\"\n");
     held_pair(n, c, &a, &b, 1);
@@ -225,7 +239,7 @@ END_TEST
 START_TEST(close_with_hung_spare)
 {
     sim_node *n;
-    rcp_conn *c = open_with_spare(&n, rcptest_scale(8000), 0);
+    rcp_conn *c = open_with_spare(&n, rcptest_scale(8000), 0, NULL, NULL);
     struct call a, b;
     uint64_t t0, close_ns;
     sim_loadf(n, "expect GET a1\nexpect GET b1\nuse 0\nsend \"$2\\r\\nA1\\r\\n\"\n");
@@ -244,10 +258,145 @@ START_TEST(close_with_hung_spare)
 }
 END_TEST
 
+/* Lanes (lib/conn_spare.c): with 32 or more calls inside the handle,
+ * sync callers are dealt over its connection and its spare. LANE_THREADS
+ * callers each send `cmd` with their own key (PREFIX N) while the node
+ * answers no such command yet, so all of them are inside at once and
+ * about half of those dealt queue on the spare's lane (not written yet:
+ * the spare's first caller waits there for its reply). */
+#define LANE_THREADS 64
+
+static struct call lane_calls[LANE_THREADS];
+
+static void lanes_start(rcp_conn *c, const char *cmd, const char *prefix)
+{
+    char key[16];
+    for (int i = 0; i < LANE_THREADS; i++) {
+        snprintf(key, sizeof key, "%s%d", prefix, i);
+        call_start_cmd(&lane_calls[i], c, cmd, key);
+    }
+    rcptest_sleep_ms(rcptest_scale(300)); /* every call inside the handle */
+}
+
+/* Joins the callers; each must have its own key back (the node's echo). */
+static void lanes_expect_echo(void)
+{
+    char want[16];
+    for (int i = 0; i < LANE_THREADS; i++) {
+        snprintf(want, sizeof want, "%s", lane_calls[i].key);
+        call_expect_string(&lane_calls[i], want);
+    }
+}
+
+/* How many `cmd`s arrived on connection conn, or on any but 0 (-1). */
+static size_t cmds_on(sim_node *n, const char *cmd, int conn)
+{
+    sim_cmd sc;
+    size_t k = 0, len = strlen(cmd);
+    for (size_t i = 0; sim_log_at(n, i, &sc) == 0; i++)
+        k += (conn < 0 ? sc.conn != 0 : sc.conn == conn) && strncmp(sc.line, cmd, len) == 0 &&
+             sc.line[len] == ' ';
+    return k;
+}
+
+/* The spare of a lane drops while callers are queued on it: the node
+ * holds every GET, closes the spare, then answers the rest with their
+ * keys. The one GET written on the spare fails with RCP_ERR_IO (it may
+ * have run); the callers queued there unsent go on to the handle's own
+ * connection (they were answered RCP_ERR_NOT_SENT before: 16 of 64 in
+ * this scenario, on a handle that never disconnected), so every other
+ * caller gets its own value. Then the spare is back and carries its
+ * lane: with ECHO held the same way and then answered, at least 8 of 64
+ * callers were served on it. */
+START_TEST(lane_spare_closed_under_callers)
+{
+    sim_node *n;
+    rcp_conn *c = open_with_spare(&n, rcptest_scale(5000), 0, NULL, NULL);
+    rcp_conn_stats st;
+    uint64_t until, spare_before;
+    int io = 0;
+    char d[256];
+
+    lanes_start(c, "GET", "t");
+    until = rcptest_now_ns() + (uint64_t)rcptest_scale(5000) * 1000000ull;
+    while (cmds_on(n, "GET", 1) < 1 && rcptest_now_ns() < until)
+        rcptest_sleep_ms(5);
+    ck_assert_msg(cmds_on(n, "GET", 1) >= 1, "no GET reached the spare");
+    sim_loadf(n, "use 1\nclose\non GET * => echo\n");
+    for (int i = 0; i < LANE_THREADS; i++) {
+        struct call *k = &lane_calls[i];
+        char line[32];
+        pthread_join(k->th, NULL);
+        ck_assert_ptr_nonnull(k->r);
+        snprintf(line, sizeof line, "GET %s", k->key);
+        if (k->r->type == RCP_REPLY_ERROR && k->r->err == RCP_ERR_IO && conn_of(n, line) == 1) {
+            io++;
+        } else {
+            ck_assert_msg(k->r->type == RCP_REPLY_STRING && strcmp(k->r->str, k->key) == 0,
+                          "GET %s (on connection %d): got %s", k->key, conn_of(n, line),
+                          rcptest_describe(k->r, d, sizeof d));
+            ck_assert_int_eq(conn_of(n, line), 0);
+        }
+        rcp_reply_free(k->r);
+    }
+    ck_assert_uint_eq(io, cmds_on(n, "GET", 1));
+    ck_assert_int_eq(atomic_load(&disconnected), 0);
+
+    wait_conns(n, 3);
+    ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
+    spare_before = st.spare_requests;
+    lanes_start(c, "ECHO", "u");
+    sim_loadf(n, "on ECHO * => echo\n");
+    lanes_expect_echo();
+    ck_assert_uint_eq(cmds_on(n, "ECHO", 1), 0);
+    ck_assert_msg(cmds_on(n, "ECHO", -1) >= 8, "%zu of %d ECHOs on the spare",
+                  cmds_on(n, "ECHO", -1), LANE_THREADS);
+    ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
+    ck_assert_uint_eq(st.spare_requests - spare_before, cmds_on(n, "ECHO", -1));
+    ck_assert_int_eq(atomic_load(&disconnected), 0);
+    rcp_conn_close(c);
+    sim_free(n);
+}
+END_TEST
+
+/* A lane whose spare is not ready (reconnected, its CLIENT SETNAME never
+ * answered): its callers are served on the handle's own connection at
+ * once. Queued behind the handshake instead, they would wait for the
+ * connect timeout, which is past their deadline here. */
+START_TEST(lane_spare_not_ready)
+{
+    sim_node *n;
+    /* The first two handshakes (the handle's, the first spare's) are
+     * answered; the reconnected spare's never is. */
+    rcp_conn *c =
+        open_with_spare(&n, rcptest_scale(3000), 0,
+                        "on CLIENT ** => hang\non x2 CLIENT ** => send \"+OK\\r\\n\"\n", "lanes");
+    rcp_conn_stats st;
+    uint64_t until;
+
+    sim_loadf(n, "use 1\nclose\n");
+    wait_conns(n, 3);
+    until = rcptest_now_ns() + (uint64_t)rcptest_scale(5000) * 1000000ull;
+    while (sim_count(n, "CLIENT SETNAME lanes") < 3 && rcptest_now_ns() < until)
+        rcptest_sleep_ms(2);
+    ck_assert_uint_eq(sim_count(n, "CLIENT SETNAME lanes"), 3);
+
+    lanes_start(c, "GET", "t");
+    sim_loadf(n, "on GET * => echo\n");
+    lanes_expect_echo();
+    ck_assert_uint_eq(cmds_on(n, "GET", -1), 0);
+    ck_assert_int_eq(rcp_conn_get_stats(c, &st), RCP_OK);
+    ck_assert_uint_eq(st.spare_requests, 0);
+    ck_assert_int_eq(atomic_load(&disconnected), 0);
+    rcp_conn_close(c);
+    sim_free(n);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("spare");
     RCPTEST_ADD(tc, spare_closed_under_request, spare_garbage_reply, spare_hung,
-                close_with_hung_spare);
+                close_with_hung_spare, lane_spare_closed_under_callers, lane_spare_not_ready);
     return sim_run("sim-spare", tc);
 }
