@@ -547,6 +547,7 @@ enqueue_end(struct rcp_conn *c, uint64_t first, size_t n, int lowered, int sourc
 {
     int ring;
     conn_stat_add(&c->st.requests, n);
+    rcp__loop_note_send();
     if (!sources && caller_may_write(c, first)) { /* a source is the loop's to write */
         rcp__conn_caller_flush(c, lowered); /* unlocks */
         return;

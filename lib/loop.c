@@ -12,7 +12,7 @@
 #include "thread_local.h"
 
 static RCP__THREAD_LOCAL int on_loop_thread;
-static RCP__THREAD_LOCAL rcp__loop *current_loop;
+RCP__THREAD_LOCAL rcp__loop *rcp__loop_here;
 
 int rcp__loop_on_thread(void)
 {
@@ -22,13 +22,13 @@ int rcp__loop_on_thread(void)
 void rcp__loop_mark_thread(rcp__loop *cur)
 {
     on_loop_thread = 1;
-    current_loop = cur;
+    rcp__loop_here = cur;
 }
 
 void rcp__loop_unmark_thread(void)
 {
     on_loop_thread = 0;
-    current_loop = NULL;
+    rcp__loop_here = NULL;
 }
 
 void rcp__loop_free(rcp__loop *l)
@@ -39,7 +39,7 @@ void rcp__loop_free(rcp__loop *l)
 
 rcp__loop *rcp__loop_current(void)
 {
-    return current_loop;
+    return rcp__loop_here;
 }
 
 void rcp__loop_base_init(rcp__loop *l, const rcp__loop_driver *drv)
@@ -50,6 +50,7 @@ void rcp__loop_base_init(rcp__loop *l, const rcp__loop_driver *drv)
     l->srcs = NULL;
     l->nsrcs = l->capsrcs = 0;
     l->batch_pass = 0;
+    l->sent_here = 0;
 }
 
 void rcp__loop_base_fini(rcp__loop *l)

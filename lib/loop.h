@@ -60,6 +60,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "thread_local.h"
+
 typedef struct rcp__loop rcp__loop;
 typedef struct rcp__loop_src rcp__loop_src;
 
@@ -118,6 +120,10 @@ struct rcp__loop {
      * (rcp__loop_notify), so what the other sockets' callbacks send it
      * rides in the same write. Read and written by that thread only. */
     int batch_pass;
+    /* Set when this loop's own thread queues a request (a callback's
+     * send, a resend): rcp__loop_note_send. The epoll thread reads and
+     * clears it around each pass (its second look, loop_epoll.c). */
+    int sent_here;
 };
 
 /* Creates and starts an epoll I/O loop thread (driver one); NULL on
@@ -200,5 +206,16 @@ uint64_t rcp__loop_run_timers(rcp__loop *l);
 void rcp__loop_mark_thread(rcp__loop *cur);
 void rcp__loop_unmark_thread(void);
 rcp__loop *rcp__loop_current(void);
+
+/* The loop the calling thread runs, NULL on other threads (loop.c). */
+extern RCP__THREAD_LOCAL rcp__loop *rcp__loop_here;
+/* A request was queued: noted on the loop of the calling thread, if it
+ * runs one (one thread-pointer load elsewhere). */
+static inline void rcp__loop_note_send(void)
+{
+    rcp__loop *l = rcp__loop_here;
+    if (l)
+        l->sent_here = 1;
+}
 
 #endif
